@@ -1,0 +1,3 @@
+"""qosd: a node QoS engine for Kubernetes colocation, driven by declarative YAML rules."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,192 @@
+"""The ``qosd`` command line. Wiring only: every decision lives in engine.config and friends.
+
+Exit codes follow the usual validator convention: 0 clean, 1 invalid input, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine import __version__
+from engine.config.errors import Location, PolicyError, Problem
+from engine.config.load import Document, Layer, read_file
+from engine.config.output import dump_yaml, yaml_with_origins
+from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, validate
+from engine.config.schema_check import schema_problems
+from engine.model.factnames import registry
+from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
+from engine.resources import load_schema
+from engine.sources.localnode import read_local_node
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line usage (missing path, unreadable node file): exit 2."""
+
+
+def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()) -> NodeInfo:
+    """Node facts from a file (a facts snapshot, its node section, or a Kubernetes Node), else this machine."""
+    if path is None:
+        node = read_local_node()
+    else:
+        if not path.is_file():
+            raise UsageError(f"node file {path} does not exist")
+        docs = read_file(path)
+        if len(docs) != 1 or not isinstance(docs[0].data, dict):
+            raise PolicyError([Problem(Location(str(path), 1, 1), "a node file holds exactly one YAML mapping")])
+        node = _node_from_document(docs[0])
+    extra: dict[str, str] = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--label expects key=value, got {item!r}")
+        extra[key] = value
+    if profile:
+        extra[PROFILE_LABEL] = profile
+    return node.with_labels(extra) if extra else node
+
+
+def _node_from_document(doc: Document) -> NodeInfo:
+    data: dict[str, Any] = doc.data
+    if data.get("kind") == "Node":
+        return node_from_kube(data)
+    snapshot = data if "node" in data else {"node": data}
+    locate = doc.locate if "node" in data else (lambda p, k=False: doc.locate(p[1:], k))
+    problems = schema_problems(snapshot, locate, "facts")
+    if problems:
+        raise PolicyError(problems)
+    return node_from_snapshot(snapshot["node"])
+
+
+def _print_problems(problems: Sequence[Problem], output: str, summary: str) -> None:
+    if output == "json":
+        print(json.dumps({"valid": not problems, "summary": summary, "problems": [p.to_dict() for p in problems]}, indent=2))
+        return
+    for p in problems:
+        print(p.format())
+    print(summary)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    docs = load_documents(args.paths, builtin=not args.no_builtin)
+    node = load_node(args.node, args.profile, args.label) if (args.node or args.profile or args.label) else None
+    problems = validate(docs, node)
+    files = {d.source for d in docs}
+    n = len(problems)
+    if problems:
+        summary = f"{n} problem{'s' if n != 1 else ''} in {len(docs)} document(s) from {len(files)} file(s)"
+    else:
+        summary = f"valid: {len(docs)} document(s) from {len(files)} file(s)"
+    _print_problems(problems, args.output, summary)
+    return EXIT_INVALID if problems else EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    docs = load_documents(args.paths, builtin=not args.no_builtin)
+    node = load_node(args.node, args.profile, args.label)
+    policy = build_policy(docs, node)
+    if args.output == "json":
+        out = policy.to_document()
+        if args.show_origin:
+            out["origins"] = {path: str(loc) for path, loc in sorted(policy.origins.items())}
+        print(json.dumps(out, indent=2))
+    elif args.show_origin:
+        sys.stdout.write(yaml_with_origins(policy))
+    else:
+        sys.stdout.write(dump_yaml(policy.to_document()))
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    if args.names:
+        if args.kind != "facts":
+            raise UsageError("--names lists fact names; use `qosd schema facts --names`")
+        specs = registry().specs.values()
+        width = max(len(s.name) for s in specs)
+        for s in sorted(specs, key=lambda s: s.name):
+            extra = " (windowed)" if s.series else ""
+            unit = f" [{s.unit}]" if s.unit else ""
+            print(f"{s.name:<{width}}  {s.kind}{unit}{extra}  {s.description}".rstrip())
+        return EXIT_OK
+    print(json.dumps(load_schema(args.kind), indent=2))
+    return EXIT_OK
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from engine.config.crd import build_crd
+
+    crd = build_crd(load_schema("policy"))
+    if args.output == "json":
+        print(json.dumps(crd, indent=2))
+    else:
+        sys.stdout.write(dump_yaml(crd))
+    return EXIT_OK
+
+
+def _policy_source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="rule files or directories (*.yaml, *.yml)")
+    p.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
+    p.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL}), e.g. koordinator")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="extra node label (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qosd",
+        description="Node QoS engine for Kubernetes colocation, driven by declarative YAML rules.",
+    )
+    parser.add_argument("--version", action="version", version=f"qosd {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    v = sub.add_parser("validate", help="check rule documents; exit 0 clean, 1 invalid, 2 usage error")
+    _policy_source_args(v)
+    v.add_argument("--node", type=Path, help="validate for this node only (facts snapshot or Kubernetes Node YAML)")
+    v.add_argument("--output", choices=("text", "json"), default="text")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("render", help="print the effective merged policy for one node")
+    _policy_source_args(r)
+    r.add_argument("--node", type=Path, help="facts snapshot or Kubernetes Node YAML (default: this machine)")
+    r.add_argument("--show-origin", action="store_true", help="annotate every value with the file:line that set it")
+    r.add_argument("--output", choices=("yaml", "json"), default="yaml")
+    r.set_defaults(func=cmd_render)
+
+    s = sub.add_parser("schema", help="print a JSON Schema (policy or facts)")
+    s.add_argument("kind", nargs="?", choices=("policy", "facts"), default="policy")
+    s.add_argument("--names", action="store_true", help="list the fact names conditions may use")
+    s.set_defaults(func=cmd_schema)
+
+    c = sub.add_parser("crd", help="print the QoSPolicy CustomResourceDefinition")
+    c.add_argument("--output", choices=("yaml", "json"), default="yaml")
+    c.set_defaults(func=cmd_crd)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except UsageError as exc:
+        print(f"qosd: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except PolicyError as exc:
+        if getattr(args, "output", "text") == "json":
+            print(exc.to_json())
+        else:
+            print(exc.format(), file=sys.stderr)
+        missing = all(p.message == "no such file or directory" for p in exc.problems)
+        return EXIT_USAGE if missing else EXIT_INVALID
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

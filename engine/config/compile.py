@@ -1,0 +1,647 @@
+"""Semantic checks and compilation of a merged spec into an immutable Policy.
+
+The schema checks shape; this checks meaning: references to classes, pools and enhancements exist,
+enhancement rules (appliesTo/requires/conflictsWith) are coherent, static cpusets do not overlap and
+fit the node, thresholds and their release targets make sense, and every fact is known and typed.
+All problems are collected before raising, so one run reports everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from jinja2 import TemplateSyntaxError, meta
+
+from engine.config.conditions import ORDER_OPS, Condition, comparisons, parse_condition, scope_of
+from engine.config.errors import Location, PolicyError, Problem, short
+from engine.config.load import JsonPath, json_path
+from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
+from engine.config.policy import (
+    Action,
+    DocumentRef,
+    Enhancement,
+    JsonKeyMatch,
+    Matcher,
+    OomPriority,
+    Policy,
+    Pool,
+    QoSClass,
+    Reclaim,
+    ReclaimResource,
+    Rule,
+    StringMatch,
+    ValueSource,
+    freeze,
+)
+from engine.config.render import ENV
+from engine.model.node import NodeInfo
+from engine.model.units import parse_cpuset, parse_duration, parse_quantity
+
+EXPR_VARIABLES = frozenset({"pod", "container", "node"})
+
+EFFECT_TYPES: dict[str, tuple[str, ...]] = {
+    "cpu.numaBinding": ("bool",),
+    "cpu.numaExclusive": ("bool",),
+    "cpu.numaShare": ("bool",),
+    "cpu.alignBySocket": ("bool",),
+    "cpu.distributeEvenlyAcrossNuma": ("bool",),
+    "cpu.fullPCPUsPairing": ("bool",),
+    "eviction.softEvictNotify": ("bool",),
+    "cpu.pool": ("string",),
+    "cpu.burstPolicy": ("string",),
+    "cpu.numaIds": ("string",),
+    "memory.qos": ("string",),
+    "cpu.numaNumber": ("integer",),
+    "oomPriority": ("integer", "number"),
+    "cpu.burstPercent": ("number", "integer"),
+    "cpu.burstThreshold": ("number", "integer"),
+    "eviction.suppressionToleranceRate": ("number", "integer"),
+    "eviction.rssOveruseThreshold": ("number", "integer"),
+}
+
+
+def document_problems(rendered: Rendered) -> list[Problem]:
+    """Checks that concern one document alone: duplicate entry names would silently overlay."""
+    problems: list[Problem] = []
+    spec = rendered.spec
+    for section in NAMED_SECTIONS:
+        seen: dict[str, int] = {}
+        for i, item in enumerate(spec.get(section) or []):
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                continue
+            if name in seen:
+                problems.append(
+                    Problem(
+                        rendered.locate(("spec", section, i, "name")),
+                        f"{section[:-1] if section != 'classes' else 'class'} {name!r} is defined twice in this document",
+                        "entries with the same name merge across documents; within one document give each a unique name",
+                        related=(rendered.locate(("spec", section, seen[name], "name")),),
+                    )
+                )
+            else:
+                seen[name] = i
+    return problems
+
+
+class _Checker:
+    def __init__(self, merged: Merged, node: NodeInfo):
+        self.merged = merged
+        self.spec = merged.spec
+        self.node = node
+        self.problems: list[Problem] = []
+        self.classes = {c["name"]: c for c in self.spec.get("classes", [])}
+        self.enhancements = {e["name"]: e for e in self.spec.get("enhancements", [])}
+        self.pools = {p["name"]: p for p in self.spec.get("pools", [])}
+        self.class_names = tuple(self.classes)
+
+    def loc(self, path: JsonPath) -> Location:
+        loc = self.merged.locate(path)
+        if loc.line:
+            return Location(loc.source, loc.line, loc.column, json_path(("spec", *path)))
+        return loc
+
+    def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None:
+        self.problems.append(Problem(self.loc(path), message, hint, tuple(related)))
+
+    def ref(self, path: JsonPath, name: Any, table: dict[str, Any], what: str) -> None:
+        if isinstance(name, str) and name not in table:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint += f"defined {what}es: {', '.join(table) or 'none'}" if what == "class" else (
+                f"defined {what}s: {', '.join(table) or 'none'}"
+            )
+            self.add(path, f"{what} {name!r} is not defined", hint)
+
+
+def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
+    """Compile a merged spec for ``node``; raise PolicyError listing every semantic problem."""
+    c = _Checker(merged, node)
+    spec = merged.spec
+    if "defaultClass" in spec:
+        c.ref(("defaultClass",), spec["defaultClass"], c.classes, "class")
+    classes = [_compile_class(c, i, raw) for i, raw in enumerate(spec.get("classes", []))]
+    enhancements = [_compile_enhancement(c, i, raw) for i, raw in enumerate(spec.get("enhancements", []))]
+    _check_enhancement_graph(c)
+    pools = [_compile_pool(c, i, raw) for i, raw in enumerate(spec.get("pools", []))]
+    _check_pools(c, pools)
+    reclaim = _compile_reclaim(c, spec.get("reclaim") or {})
+    mode = str(spec.get("mode", "enforce"))
+    rules = [_compile_rule(c, i, raw, mode) for i, raw in enumerate(spec.get("rules", []))]
+    if c.problems:
+        raise PolicyError(c.problems)
+    frozen_spec = freeze(spec)
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    origins = {json_path(("spec", *p)): loc for p, loc in merged.origins.items()}
+    return Policy(
+        hash=digest,
+        node=node.name,
+        mode=mode,
+        default_class=spec.get("defaultClass"),
+        classes=tuple(x for x in classes if x is not None),
+        enhancements=tuple(x for x in enhancements if x is not None),
+        pools=tuple(x for x in pools if x is not None),
+        reclaim=reclaim,
+        rules=tuple(x for x in rules if x is not None),
+        documents=tuple(
+            DocumentRef(r.doc.name, r.doc.source, r.doc.layer.name.lower(), r.priority) for r in merged.documents
+        ),
+        spec=frozen_spec,
+        origins=origins,
+    )
+
+
+# ---------------------------------------------------------------- classes
+
+def _string_match(raw: Any) -> StringMatch:
+    if isinstance(raw, str):
+        return StringMatch(any_of=frozenset([raw]))
+    if isinstance(raw, list):
+        return StringMatch(any_of=frozenset(raw))
+    return StringMatch(
+        any_of=frozenset(raw["in"]) if "in" in raw else None,
+        none_of=frozenset(raw["notIn"]) if "notIn" in raw else None,
+        exists=raw.get("exists"),
+    )
+
+
+def _matcher(raw: dict[str, Any]) -> Matcher:
+    qos = raw.get("kubeQoS")
+    prio = raw.get("priority") or {}
+    return Matcher(
+        annotations=tuple((k, _string_match(v)) for k, v in (raw.get("annotations") or {}).items()),
+        labels=tuple((k, _string_match(v)) for k, v in (raw.get("labels") or {}).items()),
+        json_annotations=tuple(
+            JsonKeyMatch(j["annotation"], j["key"], _string_match(j["value"]) if "value" in j else StringMatch(exists=True))
+            for j in raw.get("jsonAnnotations") or []
+        ),
+        kube_qos=frozenset([qos] if isinstance(qos, str) else qos) if qos else None,
+        priority_class=_string_match(raw["priorityClassName"]) if "priorityClassName" in raw else None,
+        priority_min=prio.get("gte"),
+        priority_max=prio.get("lte"),
+        namespaces=_string_match(raw["namespaces"]) if "namespaces" in raw else None,
+        cgroup_path=raw.get("cgroupPath"),
+    )
+
+
+def _check_knob(c: _Checker, path: JsonPath, knob: Any) -> None:
+    if isinstance(knob, dict) and "expr" in knob:
+        try:
+            ast = ENV.parse("{{ " + knob["expr"] + " }}")
+        except TemplateSyntaxError as exc:
+            c.add((*path, "expr"), f"expression {short(knob['expr'])} does not parse: {exc.message}")
+            return
+        unknown = meta.find_undeclared_variables(ast) - EXPR_VARIABLES
+        if unknown:
+            c.add(
+                (*path, "expr"),
+                f"expression {short(knob['expr'])} uses unknown name(s) {', '.join(sorted(unknown))}",
+                "cgroup expressions may read pod, container and node",
+            )
+
+
+def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
+    base: JsonPath = ("classes", i)
+    cpu = raw.get("cpu") or {}
+    if "pool" in cpu:
+        c.ref((*base, "cpu", "pool"), cpu["pool"], c.pools, "pool")
+    for j, req in enumerate(cpu.get("requires") or []):
+        c.ref((*base, "cpu", "requires", j), req, c.enhancements, "enhancement")
+        enh = c.enhancements.get(req)
+        if enh and enh.get("appliesTo") and raw["name"] not in enh["appliesTo"]:
+            c.add(
+                (*base, "cpu", "requires", j),
+                f"class {raw['name']!r} requires enhancement {req!r}, which does not apply to it "
+                f"(appliesTo: {', '.join(enh['appliesTo'])})",
+                f"add {raw['name']!r} to the appliesTo of {req!r}, or drop the requirement",
+            )
+    if "shares" in cpu and "weight" in cpu:
+        c.add((*base, "cpu"), "set either cpu.shares or cpu.weight, not both", "qosd converts between them")
+    for section in ("cpu", "memory"):
+        for key, knob in (raw.get(section) or {}).items():
+            _check_knob(c, (*base, section, key), knob)
+    resctrl = raw.get("resctrl") or {}
+    l3 = resctrl.get("l3Percent")
+    if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
+        c.add(
+            (*base, "resctrl", "l3Percent"),
+            f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end",
+            "e.g. [0, 30] gives the class the lowest 30% of the L3 ways",
+        )
+    oom = raw.get("oomPriority") or {}
+    lo, hi, default = oom.get("min"), oom.get("max"), oom.get("default")
+    if lo is not None and hi is not None and lo >= hi:
+        c.add((*base, "oomPriority"), f"oomPriority range [{lo}, {hi}) is empty")
+    elif default is not None and ((lo is not None and default < lo) or (hi is not None and default >= hi)):
+        c.add((*base, "oomPriority", "default"), f"oomPriority default {default} is outside [{lo}, {hi})")
+    if "before" in raw:
+        c.ref((*base, "before"), raw["before"], c.classes, "class")
+    return QoSClass(
+        name=raw["name"],
+        index=i,
+        matchers=tuple(_matcher(m) for m in raw.get("match") or []),
+        cpu_policy=cpu.get("policy"),
+        pool=cpu.get("pool"),
+        requires=tuple(cpu.get("requires") or ()),
+        protected=bool(raw.get("protected", False)),
+        oom_priority=OomPriority(default, lo, hi),
+        eviction_priority=raw.get("evictionPriority"),
+        cpu=freeze(cpu),
+        memory=freeze(raw.get("memory") or {}),
+        resctrl=freeze(resctrl),
+        origin=c.loc(base),
+    )
+
+
+# ---------------------------------------------------------------- enhancements
+
+def _sources(raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    return list(raw) if isinstance(raw, list) else [raw]
+
+
+def _compile_enhancement(c: _Checker, i: int, raw: dict[str, Any]) -> Enhancement | None:
+    base: JsonPath = ("enhancements", i)
+    name = raw["name"]
+    sources: list[ValueSource] = []
+    raw_sources = _sources(raw.get("from"))
+    for j, src in enumerate(raw_sources):
+        spath = (*base, "from", j) if isinstance(raw.get("from"), list) else (*base, "from")
+        kinds = [k for k in ("label", "annotation", "jsonAnnotation") if k in src]
+        if len(kinds) != 1:
+            c.add(spath, f"a value source names exactly one of label, annotation, jsonAnnotation (got {kinds or 'none'})")
+            continue
+        kind = kinds[0]
+        if kind == "jsonAnnotation" and "key" not in src:
+            c.add(spath, "jsonAnnotation needs the key inside the JSON object", "add e.g. key: numa_binding")
+            continue
+        if kind != "jsonAnnotation" and "key" in src:
+            c.add((*spath, "key"), "key only applies to jsonAnnotation sources")
+            continue
+        sources.append(ValueSource(kind, src[kind], src.get("key"), tuple(src.get("aliases") or ())))
+    for j, target in enumerate(raw.get("appliesTo") or []):
+        c.ref((*base, "appliesTo", j), target, c.classes, "class")
+    for field_name in ("requires", "conflictsWith"):
+        for j, target in enumerate(raw.get(field_name) or []):
+            c.ref((*base, field_name, j), target, c.enhancements, "enhancement")
+            if target == name:
+                c.add((*base, field_name, j), f"enhancement {name!r} lists itself in {field_name}")
+    both = set(raw.get("requires") or ()) & set(raw.get("conflictsWith") or ())
+    if both:
+        c.add(
+            (*base, "conflictsWith"),
+            f"enhancement {name!r} both requires and conflicts with {', '.join(sorted(both))}",
+            "no workload could ever satisfy it",
+        )
+    vtype = str(raw.get("type", "bool"))
+    if "equals" in raw and vtype != "bool":
+        c.add((*base, "equals"), f"equals only applies to bool enhancements; {name!r} is {vtype}")
+    if "values" in raw and vtype != "string":
+        c.add((*base, "values"), f"values only applies to string enhancements; {name!r} is {vtype}")
+    rng = raw.get("range")
+    if rng is not None:
+        if vtype not in ("number", "integer"):
+            c.add((*base, "range"), f"range only applies to number or integer enhancements; {name!r} is {vtype}")
+        elif rng[0] > rng[1]:
+            c.add((*base, "range"), f"range [{rng[0]}, {rng[1]}] is empty")
+    effect = raw.get("effect") or {}
+    target = effect.get("set")
+    if target is not None:
+        allowed = EFFECT_TYPES.get(target, ())
+        if "value" in effect:
+            if not _value_has_type(effect["value"], allowed):
+                c.add(
+                    (*base, "effect", "value"),
+                    f"{target} takes a {' or '.join(allowed)}, not {short(effect['value'])}",
+                )
+        elif vtype not in allowed:
+            c.add(
+                (*base, "effect", "set"),
+                f"{target} takes a {' or '.join(allowed)}, but enhancement {name!r} yields a {vtype}",
+                f"set type: {allowed[0]} on the enhancement, or give effect.value",
+            )
+    return Enhancement(
+        name=name,
+        sources=tuple(sources),
+        value_type=vtype,
+        equals=str(raw.get("equals", "true")),
+        values=tuple(raw.get("values") or ()),
+        range=(float(rng[0]), float(rng[1])) if rng else None,
+        on_invalid=str(raw.get("onInvalid", "ignore")),
+        default=raw.get("default"),
+        applies_to=frozenset(raw.get("appliesTo") or ()),
+        requires=tuple(raw.get("requires") or ()),
+        conflicts_with=tuple(raw.get("conflictsWith") or ()),
+        effect=target,
+        effect_value=freeze(effect.get("value")),
+        origin=c.loc(base),
+    )
+
+
+def _value_has_type(value: Any, allowed: tuple[str, ...]) -> bool:
+    checks: dict[str, Callable[[Any], bool]] = {
+        "bool": lambda v: isinstance(v, bool),
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    }
+    return any(checks[t](value) for t in allowed)
+
+
+def _check_enhancement_graph(c: _Checker) -> None:
+    """requires must be satisfiable where the enhancement applies, and must not meet a conflict."""
+    index = {name: i for i, name in enumerate(c.enhancements)}
+    for name, enh in c.enhancements.items():
+        base: JsonPath = ("enhancements", index[name])
+        applies = set(enh.get("appliesTo") or ())
+        for j, req in enumerate(enh.get("requires") or []):
+            other = c.enhancements.get(req)
+            if other is None:
+                continue
+            other_applies = set(other.get("appliesTo") or ())
+            if applies and other_applies and not applies <= other_applies:
+                missing = ", ".join(sorted(applies - other_applies))
+                c.add(
+                    (*base, "requires", j),
+                    f"enhancement {name!r} applies to {missing} but requires {req!r}, which does not apply there",
+                    f"narrow appliesTo of {name!r} or widen appliesTo of {req!r}",
+                )
+            if name in (other.get("conflictsWith") or ()):
+                c.add(
+                    (*base, "requires", j),
+                    f"enhancement {name!r} requires {req!r}, but {req!r} conflicts with {name!r}",
+                    "no workload could carry both",
+                )
+
+
+# ---------------------------------------------------------------- pools
+
+def _compile_pool(c: _Checker, i: int, raw: dict[str, Any]) -> Pool | None:
+    base: JsonPath = ("pools", i)
+    name = raw["name"]
+    cpus = raw.get("cpus")
+    size = raw.get("size")
+    kind = raw.get("kind")
+    if cpus is None and size is None:
+        c.add(base, f"pool {name!r} has neither cpus (static) nor size (dynamic)", "add cpus: {count: 2} or size: {fromRequests: 1.0}")
+    if cpus is not None and size is not None:
+        c.add((*base, "size"), f"pool {name!r} has both static cpus and a dynamic size", "keep one of them")
+    static: frozenset[int] | None = None
+    count: int | None = None
+    if cpus is not None:
+        if "list" in cpus:
+            try:
+                static = parse_cpuset(cpus["list"])
+            except ValueError as exc:
+                c.add((*base, "cpus", "list"), str(exc))
+            else:
+                outside = sorted(static - c.node.cpu_ids) if c.node.cpu_ids else []
+                if outside:
+                    c.add(
+                        (*base, "cpus", "list"),
+                        f"pool {name!r} names CPUs {short(outside)} that node {c.node.name!r} does not have "
+                        f"({c.node.cpus} CPUs)",
+                        "use a nodeSelector to target nodes that have them, or a count",
+                    )
+        else:
+            count = cpus.get("count")
+            if count is not None and count > c.node.cpus:
+                c.add(
+                    (*base, "cpus", "count"),
+                    f"pool {name!r} wants {count} CPUs but node {c.node.name!r} has {c.node.cpus}",
+                )
+    size = size or {}
+    modes = [k for k in ("fromRequests", "remainder", "perContainer") if size.get(k) not in (None, False)]
+    if raw.get("size") is not None and len(modes) != 1:
+        c.add(
+            (*base, "size"),
+            f"a dynamic pool is sized by exactly one of fromRequests, remainder, perContainer (got {modes or 'none'})",
+        )
+    lo, hi = size.get("min"), size.get("max")
+    if lo is not None and hi is not None and lo > hi:
+        c.add((*base, "size"), f"pool {name!r} has min {lo} above max {hi}")
+    numa = raw.get("numa") or {}
+    if raw.get("template") and static is not None:
+        c.add((*base, "template"), "a template pool cannot have a static cpu list", "use a count or a size")
+    return Pool(
+        name=name,
+        kind=kind,
+        static_cpus=static,
+        static_count=count,
+        from_requests=size.get("fromRequests"),
+        remainder=bool(size.get("remainder", False)),
+        per_container=bool(size.get("perContainer", False)),
+        min=lo,
+        max=hi,
+        template=bool(raw.get("template", False)),
+        placement=numa.get("placement"),
+        per_numa=bool(numa.get("perNuma", False)),
+        ht_policy=(raw.get("ht") or {}).get("policy"),
+        order=str(raw.get("order", "lowFirst")),
+        origin=c.loc(base),
+    )
+
+
+def _check_pools(c: _Checker, pools: list[Pool | None]) -> None:
+    index = {p.name: i for i, p in enumerate(pools) if p is not None}
+    claimed: dict[int, str] = {}
+    static_total = 0
+    for p in pools:
+        if p is None:
+            continue
+        if p.static_cpus:
+            for cpu in sorted(p.static_cpus):
+                if cpu in claimed:
+                    other = claimed[cpu]
+                    c.add(
+                        ("pools", index[p.name], "cpus", "list"),
+                        f"static pools {other!r} and {p.name!r} both claim CPU {cpu}",
+                        "static cpusets must not overlap; shrink one of them",
+                        related=(c.loc(("pools", index[other], "cpus", "list")),),
+                    )
+                    break
+                claimed[cpu] = p.name
+            static_total += len(p.static_cpus)
+        static_total += p.static_count or 0
+    remainders = [p.name for p in pools if p is not None and p.remainder]
+    if len(remainders) > 1:
+        c.add(
+            ("pools", index[remainders[1]], "size", "remainder"),
+            f"only one pool can take the remainder; {', '.join(remainders)} all do",
+        )
+    if static_total > c.node.cpus:
+        c.add(
+            ("pools",),
+            f"static pools take {static_total} CPUs but node {c.node.name!r} has {c.node.cpus}",
+            "reduce the static pools or target larger nodes with a nodeSelector",
+        )
+
+
+# ---------------------------------------------------------------- reclaim
+
+def _quantity(c: _Checker, path: JsonPath, value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_quantity(value)
+    except ValueError as exc:
+        c.add(path, str(exc))
+        return None
+
+
+def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
+    resources: dict[str, ReclaimResource | None] = {}
+    for res in ("cpu", "memory"):
+        r = raw.get(res)
+        if not isinstance(r, dict):
+            resources[res] = None
+            continue
+        base: JsonPath = ("reclaim", res)
+        q = {k: _quantity(c, (*base, k), r.get(k)) for k in ("min", "max", "reservedForReport", "minReport", "minIgnored")}
+        sm = r.get("smoothing") or {}
+        steps = {k: _quantity(c, (*base, "smoothing", k), sm.get(k)) for k in ("minStep", "maxStep")}
+        if q["min"] is not None and q["max"] is not None and q["min"] > q["max"]:
+            c.add((*base, "min"), f"reclaim {res} min {short(r['min'])} is above max {short(r['max'])}")
+        if steps["minStep"] is not None and steps["maxStep"] is not None and steps["minStep"] > steps["maxStep"]:
+            c.add((*base, "smoothing", "minStep"), f"smoothing minStep {short(sm['minStep'])} is above maxStep {short(sm['maxStep'])}")
+        window = None
+        if "window" in sm:
+            window = parse_duration(sm["window"])
+        resources[res] = ReclaimResource(
+            policy=str(r.get("policy", "usage")),
+            threshold_percent=r.get("reclaimThresholdPercent"),
+            max_percent=r.get("maxPercent"),
+            min=q["min"],
+            max=q["max"],
+            reserved_for_report=q["reservedForReport"],
+            min_report=q["minReport"],
+            min_ignored=q["minIgnored"],
+            publish_as=r.get("publishAs"),
+            smoothing_window=window,
+            smoothing_agg=str(sm.get("aggregate", "avg")),
+            min_step=steps["minStep"],
+            max_step=steps["maxStep"],
+        )
+    return Reclaim(
+        enabled=bool(raw.get("enabled", True)),
+        cpu=resources["cpu"],
+        memory=resources["memory"],
+        degrade_after=parse_duration(raw["degradeAfter"]) if "degradeAfter" in raw else None,
+        report_interval=parse_duration(raw["reportInterval"]) if "reportInterval" in raw else None,
+    )
+
+
+# ---------------------------------------------------------------- rules
+
+def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) -> Rule | None:
+    base: JsonPath = ("rules", i)
+    before = len(c.problems)
+    when = parse_condition(raw.get("when"), (*base, "when"), c.loc, c.class_names, c.problems) if "when" in raw else None
+    clear = (
+        parse_condition(raw.get("clearWhen"), (*base, "clearWhen"), c.loc, c.class_names, c.problems)
+        if "clearWhen" in raw
+        else None
+    )
+    scopes = {cmp.spec.scope for cmp in comparisons(when) + comparisons(clear)} & {"numa", "pod", "container"}
+    if len(scopes) > 1:
+        c.add(
+            (*base, "when"),
+            f"rule {raw['name']!r} mixes per-{' and per-'.join(sorted(scopes))} facts",
+            "a rule iterates over at most one of numa, pod or container; split it into two rules",
+        )
+    if clear is not None and when is None:
+        c.add((*base, "clearWhen"), "clearWhen needs a when: it says when a fired rule stops")
+    actions_raw = raw.get("then")
+    action_list = actions_raw if isinstance(actions_raw, list) else [actions_raw]
+    actions: list[Action] = []
+    for j, act in enumerate(action_list):
+        apath = (*base, "then", j) if isinstance(actions_raw, list) else (*base, "then")
+        if not isinstance(act, dict) or len(act) != 1:
+            continue
+        kind, params = next(iter(act.items()))
+        _check_action(c, apath, kind, params or {}, when)
+        actions.append(Action(kind, freeze(params or {}), (*apath, kind)))
+    limits = raw.get("limits") or {}
+    per_window = limits.get("perWindow")
+    if len(c.problems) != before:
+        return None
+    return Rule(
+        name=raw["name"],
+        index=i,
+        mode=str(raw.get("mode", policy_mode)),
+        description=str(raw.get("description", "")),
+        when=when,
+        clear_when=clear,
+        sustain=parse_duration(raw["for"]) if "for" in raw else 0.0,
+        cooldown=parse_duration(raw["cooldown"]) if "cooldown" in raw else 0.0,
+        per_round=limits.get("perRound"),
+        per_window=(per_window["count"], parse_duration(per_window["window"])) if per_window else None,
+        actions=tuple(actions),
+        scope=scope_of(when) if len(scopes) <= 1 else "node",
+        origin=c.loc(base),
+    )
+
+
+def _check_action(c: _Checker, path: JsonPath, kind: str, params: dict[str, Any], when: Condition | None) -> None:
+    p = (*path, kind)
+    if kind == "evict":
+        victims = params.get("victims") or {}
+        for field_name in ("classes", "excludeClasses"):
+            for j, name in enumerate(victims.get(field_name) or []):
+                c.ref((*p, "victims", field_name, j), name, c.classes, "class")
+        for j, name in enumerate(victims.get("classes") or []):
+            cls = c.classes.get(name)
+            if cls is not None and cls.get("protected"):
+                c.add(
+                    (*p, "victims", "classes", j),
+                    f"class {name!r} is protected and can never be an eviction victim",
+                    "remove it from victims.classes, or set protected: false on the class",
+                )
+        lower = (params.get("release") or {}).get("lowerPercent")
+        if lower is not None:
+            for cmp in comparisons(when):
+                if cmp.fact.endswith("usage_percent") and cmp.op in ("gte", "gt") and isinstance(cmp.value, int | float):
+                    if lower >= cmp.value:
+                        c.add(
+                            (*p, "release", "lowerPercent"),
+                            f"release.lowerPercent {lower} is not below the trigger threshold "
+                            f"{cmp.fact} {cmp.op} {cmp.value}",
+                            "eviction releases down to lowerPercent; at or above the threshold it would release "
+                            f"nothing (Koordinator uses threshold - 2, e.g. {cmp.value - 2})",
+                        )
+    elif kind == "suppress":
+        c.ref((*p, "class"), params.get("class"), c.classes, "class")
+    elif kind == "setCgroup":
+        target = params.get("target") or {}
+        if "class" in target:
+            c.ref((*p, "target", "class"), target["class"], c.classes, "class")
+        if "pool" in target:
+            c.ref((*p, "target", "pool"), target["pool"], c.pools, "pool")
+        for key, knob in (params.get("values") or {}).items():
+            _check_knob(c, (*p, "values", key), knob)
+    elif kind == "setResctrl":
+        if "class" in params:
+            c.ref((*p, "class"), params["class"], c.classes, "class")
+        if "class" not in params and "group" not in params:
+            c.add(p, "setResctrl needs a class or a group")
+        l3 = params.get("l3Percent")
+        if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
+            c.add((*p, "l3Percent"), f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end")
+    elif kind == "publish":
+        res = params.get("resource")
+        section = (c.spec.get("reclaim") or {}).get(res)
+        if not isinstance(section, dict) or not section.get("publishAs"):
+            c.add(
+                (*p, "resource"),
+                f"publish {res!r} needs spec.reclaim.{res}.publishAs",
+                "set the extended resource name to publish, e.g. kubernetes.io/batch-cpu",
+            )
+
+
+__all__ = ["ORDER_OPS", "check_and_compile", "document_problems"]

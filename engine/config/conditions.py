@@ -1,0 +1,225 @@
+"""Conditions as data -> a typed condition tree, checked against the fact registry.
+
+A condition is ``{all: [...]}``, ``{any: [...]}``, ``{not: {...}}`` or ``{<fact>: {<op>: value, ...}}``.
+Parsing resolves every fact name once per generation, so evaluators (the Python compiler and the
+durable-rules backend) never see an unknown fact or a string where a number belongs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.config.errors import Location, Problem, short
+from engine.config.load import JsonPath
+from engine.model.factnames import ITERATED_SCOPES, FactSpec, registry
+from engine.model.units import parse_duration
+
+Op = Literal["eq", "ne", "lt", "lte", "gt", "gte", "in", "exists"]
+ORDER_OPS = ("lt", "lte", "gt", "gte")
+OPS: tuple[str, ...] = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "exists")
+MODIFIERS = ("window", "agg", "hysteresis")
+
+
+@dataclass(frozen=True)
+class Compare:
+    """One test of one fact; ``path`` is the JSON path of the comparison inside the spec."""
+
+    fact: str
+    spec: FactSpec
+    op: str
+    value: Any
+    window: float | None
+    agg: str
+    hysteresis: float | None
+    class_name: str | None
+    path: JsonPath
+
+
+@dataclass(frozen=True)
+class AllOf:
+    items: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    items: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    item: Condition
+
+
+Condition = Compare | AllOf | AnyOf | Not
+
+
+def comparisons(cond: Condition | None) -> list[Compare]:
+    """Every comparison in a condition tree, in document order."""
+    if cond is None:
+        return []
+    if isinstance(cond, Compare):
+        return [cond]
+    if isinstance(cond, Not):
+        return comparisons(cond.item)
+    return [c for item in cond.items for c in comparisons(item)]
+
+
+def scope_of(cond: Condition | None) -> str:
+    """The per-item scope a rule iterates over (numa, pod or container), or node."""
+    scopes = {c.spec.scope for c in comparisons(cond)} & ITERATED_SCOPES
+    return next(iter(scopes)) if len(scopes) == 1 else "node"
+
+
+def parse_condition(
+    raw: Any,
+    path: JsonPath,
+    locate: Callable[[JsonPath], Location],
+    class_names: tuple[str, ...],
+    problems: list[Problem],
+) -> Condition | None:
+    """Parse a schema-valid condition; append located problems for everything semantically wrong."""
+    if not isinstance(raw, dict) or len(raw) != 1:
+        return None
+    key, value = next(iter(raw.items()))
+    sub = (*path, key)
+    if key in ("all", "any"):
+        items = [parse_condition(v, (*sub, i), locate, class_names, problems) for i, v in enumerate(value or [])]
+        kept = tuple(i for i in items if i is not None)
+        return (AllOf if key == "all" else AnyOf)(kept)
+    if key == "not":
+        inner = parse_condition(value, sub, locate, class_names, problems)
+        return Not(inner) if inner is not None else None
+    return _parse_fact(key, value, sub, locate, class_names, problems)
+
+
+def _parse_fact(
+    name: str,
+    ops: Any,
+    path: JsonPath,
+    locate: Callable[[JsonPath], Location],
+    class_names: tuple[str, ...],
+    problems: list[Problem],
+) -> Condition | None:
+    reg = registry()
+    ref = reg.resolve(name)
+    if ref is None:
+        close = reg.suggest(name, class_names)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        problems.append(
+            Problem(
+                locate(path),
+                f"unknown fact {name!r}",
+                hint + "fact names are defined in schemas/facts.schema.json; list them with `qosd schema facts --names`",
+            )
+        )
+        return None
+    if ref.class_name is not None and ref.class_name not in class_names:
+        problems.append(
+            Problem(
+                locate(path),
+                f"fact {name!r} refers to class {ref.class_name!r}, which no document defines",
+                f"classes defined: {', '.join(class_names) or 'none'}",
+            )
+        )
+        return None
+    if not isinstance(ops, dict):
+        return None
+    spec = ref.spec
+    window: float | None = None
+    if "window" in ops:
+        if not spec.series:
+            problems.append(
+                Problem(locate((*path, "window")), f"fact {name!r} has no windowed aggregates", "drop window/agg")
+            )
+        else:
+            try:
+                window = parse_duration(str(ops["window"]))
+            except ValueError as exc:
+                problems.append(Problem(locate((*path, "window")), str(exc)))
+    agg = str(ops.get("agg", "avg" if window else "last"))
+    if agg != "last" and window is None and "agg" in ops:
+        problems.append(
+            Problem(locate((*path, "agg")), f"agg {agg!r} needs a window", f"add e.g. window: 5m next to agg: {agg}")
+        )
+    hysteresis = ops.get("hysteresis")
+    order_ops = [o for o in ORDER_OPS if o in ops]
+    if hysteresis is not None and len(order_ops) != 1:
+        problems.append(
+            Problem(
+                locate((*path, "hysteresis")),
+                "hysteresis needs exactly one of lt, lte, gt, gte in the same comparison",
+                "hysteresis widens one threshold: it stays met until the value is back past threshold -/+ margin",
+            )
+        )
+    tests: list[Condition] = []
+    for op in OPS:
+        if op not in ops:
+            continue
+        value = ops[op]
+        if _check_operand(name, spec, op, value, (*path, op), locate, problems):
+            tests.append(
+                Compare(
+                    name, spec, op, value, window, agg,
+                    float(hysteresis) if op in ORDER_OPS and hysteresis is not None else None,
+                    ref.class_name, (*path, op),
+                )
+            )
+    if not tests:
+        if not any(op in ops for op in OPS):
+            problems.append(
+                Problem(locate(path), f"condition on {name!r} has no operator", f"use one of {', '.join(OPS)}")
+            )
+        return None
+    return tests[0] if len(tests) == 1 else AllOf(tuple(tests))
+
+
+def _check_operand(
+    name: str,
+    spec: FactSpec,
+    op: str,
+    value: Any,
+    path: JsonPath,
+    locate: Callable[[JsonPath], Location],
+    problems: list[Problem],
+) -> bool:
+    if op == "exists":
+        return True
+    values = value if op == "in" else [value]
+    if spec.numeric:
+        if op in ORDER_OPS:
+            return True  # the schema already requires a number
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                problems.append(
+                    Problem(
+                        locate(path),
+                        f"{name!r} is a number but {op} compares it with {short(v)}",
+                        "write the value as a number without quotes" if isinstance(v, str) else "",
+                    )
+                )
+                return False
+        return True
+    if op in ORDER_OPS:
+        problems.append(
+            Problem(
+                locate(path),
+                f"{name!r} is a {spec.kind}; {op} only applies to numeric facts",
+                "use eq, ne or in for text facts",
+            )
+        )
+        return False
+    want = bool if spec.kind == "boolean" else str
+    for v in values:
+        if not isinstance(v, want):
+            problems.append(
+                Problem(locate(path), f"{name!r} is a {spec.kind} but {op} compares it with {short(v)}")
+            )
+            return False
+        if spec.enum and str(v) not in spec.enum:
+            problems.append(
+                Problem(locate(path), f"{short(v)} is never a value of {name!r}", f"values: {', '.join(spec.enum)}")
+            )
+            return False
+    return True

@@ -1,0 +1,367 @@
+"""Read rule documents from YAML text, rejecting what PyYAML would silently accept, and keep every mark.
+
+PyYAML's ``safe_load`` lets a duplicated key win silently, reads ``off`` as False, ``1e3`` as a string
+and ``2024-01-01`` as a date. Rules are safety-relevant, so we compose the node graph ourselves (in C
+when libyaml is available), construct plain JSON types, use YAML 1.2 core-schema booleans and floats,
+and record the line and column of every key and value so later stages can point at them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.config.errors import Location, PolicyError, Problem, short
+
+try:
+    _BaseLoader: type[Any] = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - PyYAML without libyaml
+    _BaseLoader = yaml.SafeLoader
+
+JsonPath = tuple[str | int, ...]
+
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+
+
+class Layer(IntEnum):
+    """Precedence of a document's origin: built-in defaults < files < custom resources."""
+
+    BUILTIN = 0
+    FILE = 1
+    CR = 2
+
+
+def _core_schema_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    """YAML 1.2 core schema: only true/false are booleans, 1e3 is a float, no timestamps."""
+    resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}
+
+    def add(tag: str, regexp: str, first: str) -> None:
+        pattern = re.compile(regexp, re.X)
+        for ch in first:
+            resolvers.setdefault(ch, []).append((tag, pattern))
+
+    add("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF")
+    add("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789")
+    add(
+        "tag:yaml.org,2002:float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+0123456789.",
+    )
+    add("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", "~nN\0")
+    add("tag:yaml.org,2002:merge", r"^(?:<<)$", "<")
+    return resolvers
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc]
+    yaml_implicit_resolvers = _core_schema_resolvers()
+
+
+@dataclass
+class Marks:
+    """Line/column (1-based) of every value and mapping key, by JSON path."""
+
+    values: dict[JsonPath, tuple[int, int]] = field(default_factory=dict)
+    keys: dict[JsonPath, tuple[int, int]] = field(default_factory=dict)
+
+    def find(self, path: JsonPath, prefer_key: bool = False) -> tuple[int, int]:
+        """The closest recorded position for ``path``, walking up to its ancestors if needed."""
+        p = tuple(path)
+        while True:
+            if prefer_key and p in self.keys:
+                return self.keys[p]
+            if p in self.values:
+                return self.values[p]
+            if not p:
+                return (1, 1)
+            p = p[:-1]
+
+
+@dataclass
+class Document:
+    """One QoSPolicy document as read: plain JSON data plus where each part came from."""
+
+    source: str
+    index: int
+    data: Any
+    marks: Marks
+    layer: Layer = Layer.FILE
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        meta = self.data.get("metadata") if isinstance(self.data, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        return name if isinstance(name, str) else f"<document {self.index + 1}>"
+
+    @property
+    def is_cr(self) -> bool:
+        return self.layer is Layer.CR
+
+    def locate(self, path: JsonPath, prefer_key: bool = False) -> Location:
+        """A Location for a JSON path; custom resources have no lines, so they carry the path."""
+        jp = json_path(path)
+        if self.is_cr:
+            return Location(self.source, 0, 0, jp)
+        line, col = self.marks.find(path, prefer_key)
+        return Location(self.source, line, col, jp)
+
+
+def json_path(path: JsonPath) -> str:
+    out = "$"
+    for p in path:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", p):
+            out += f".{p}"
+        else:
+            out += "[" + repr(p) + "]"
+    return out
+
+
+class _Builder:
+    """Turns a composed YAML node graph into JSON data, collecting located problems."""
+
+    def __init__(self, loader: Any, source: str):
+        self.loader = loader
+        self.source = source
+        self.marks = Marks()
+        self.problems: list[Problem] = []
+        self.count = 0
+
+    def _loc(self, node: yaml.Node, path: JsonPath) -> Location:
+        return Location(self.source, node.start_mark.line + 1, node.start_mark.column + 1, json_path(path))
+
+    def build(self, node: yaml.Node, path: JsonPath, depth: int = 0) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise _TooBig(self._loc(node, path), f"document expands to more than {MAX_NODES} values")
+        if depth > MAX_DEPTH:
+            raise _TooBig(self._loc(node, path), f"document nests deeper than {MAX_DEPTH} levels")
+        self.marks.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.ScalarNode):
+            return self._scalar(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i), depth + 1) for i, item in enumerate(node.value)]
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        self.problems.append(Problem(self._loc(node, path), f"unsupported YAML node {node.tag}"))
+        return None
+
+    def _scalar(self, node: yaml.ScalarNode, path: JsonPath) -> Any:
+        tag = node.tag
+        if tag not in _SCALAR_TAGS:
+            self.problems.append(
+                Problem(
+                    self._loc(node, path),
+                    f"YAML tag {tag} is not allowed here",
+                    "rule documents hold plain strings, numbers, booleans, lists and mappings; drop the tag",
+                )
+            )
+            return None
+        value = _construct_scalar(tag, node.value)
+        if isinstance(value, float) and not math.isfinite(value):
+            self.problems.append(
+                Problem(
+                    self._loc(node, path),
+                    f"{node.value!r} is not a finite number",
+                    "thresholds and sizes must be ordinary numbers; .inf and .nan are not allowed",
+                )
+            )
+            return None
+        return value
+
+    def _mapping(self, node: yaml.MappingNode, path: JsonPath, depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        seen: dict[str, yaml.Node] = {}
+        for key_node, value_node in self._flatten(node, path):
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag in ("tag:yaml.org,2002:null",):
+                self.problems.append(
+                    Problem(
+                        self._loc(key_node, path),
+                        "mapping keys must be plain strings",
+                        "complex or empty keys are not allowed in rule documents",
+                    )
+                )
+                continue
+            key = str(key_node.value)
+            kpath = (*path, key)
+            if key in seen:
+                first = seen[key]
+                self.problems.append(
+                    Problem(
+                        self._loc(key_node, kpath),
+                        f"duplicate key {key!r}",
+                        f"it is already defined at line {first.start_mark.line + 1}; YAML would silently "
+                        "keep only the last one, so qosd refuses the file. Keep one of them.",
+                        related=(self._loc(first, kpath),),
+                    )
+                )
+                continue
+            seen[key] = key_node
+            self.marks.keys[kpath] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            out[key] = self.build(value_node, kpath, depth + 1)
+        return out
+
+    def _flatten(self, node: yaml.MappingNode, path: JsonPath) -> Iterator[tuple[yaml.Node, yaml.Node]]:
+        """Expand YAML merge keys (``<<: *anchor``); explicit keys win over merged ones."""
+        merged: list[tuple[yaml.Node, yaml.Node]] = []
+        own: list[tuple[yaml.Node, yaml.Node]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for src in sources:
+                    if not isinstance(src, yaml.MappingNode):
+                        self.problems.append(
+                            Problem(self._loc(src, path), "a merge key (<<) must refer to a mapping")
+                        )
+                        continue
+                    merged.extend(src.value)
+            else:
+                own.append((key_node, value_node))
+        own_keys = {k.value for k, _ in own if isinstance(k, yaml.ScalarNode)}
+        seen_merged: set[str] = set()
+        for k, v in merged:
+            if isinstance(k, yaml.ScalarNode) and k.value not in own_keys and k.value not in seen_merged:
+                seen_merged.add(k.value)
+                yield k, v
+        yield from own
+
+
+def _construct_scalar(tag: str, text: str) -> Any:
+    """YAML 1.2 core-schema values; unlike PyYAML's 1.1 rules, 017 is seventeen, not octal."""
+    if tag == "tag:yaml.org,2002:str":
+        return text
+    if tag == "tag:yaml.org,2002:null":
+        return None
+    if tag == "tag:yaml.org,2002:bool":
+        return text.lower() == "true"
+    if tag == "tag:yaml.org,2002:int":
+        if text.startswith(("0x", "0o")):
+            return int(text[2:], 16 if text[1] == "x" else 8)
+        return int(text, 10)
+    lowered = text.lower()
+    if lowered.endswith(".inf"):
+        return -math.inf if lowered.startswith("-") else math.inf
+    if lowered == ".nan":
+        return math.nan
+    return float(text)
+
+
+class _TooBig(Exception):
+    def __init__(self, location: Location, message: str):
+        super().__init__(message)
+        self.location = location
+        self.message = message
+
+
+_SCALAR_TAGS = frozenset(
+    {
+        "tag:yaml.org,2002:str",
+        "tag:yaml.org,2002:int",
+        "tag:yaml.org,2002:float",
+        "tag:yaml.org,2002:bool",
+        "tag:yaml.org,2002:null",
+    }
+)
+
+
+def parse_documents(text: str, source: str, layer: Layer = Layer.FILE, path: Path | None = None) -> list[Document]:
+    """Parse every document of a YAML stream; raise PolicyError with all problems found.
+
+    Empty documents (a stray ``---``) are skipped, as kubectl does.
+    """
+    loader = _Loader(text)
+    docs: list[Document] = []
+    problems: list[Problem] = []
+    index = 0
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            builder = _Builder(loader, source)
+            try:
+                data = builder.build(node, ())
+            except _TooBig as exc:
+                problems.append(
+                    Problem(exc.location, exc.message, "split the document or remove alias-expansion loops")
+                )
+                index += 1
+                continue
+            problems.extend(builder.problems)
+            if data is not None:
+                docs.append(Document(source, index, data, builder.marks, layer, path))
+            index += 1
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        what = exc.problem or "invalid YAML"
+        context = f" ({exc.context})" if exc.context else ""
+        problems.append(
+            Problem(
+                Location(source, line, col),
+                f"YAML syntax error: {what}{context}",
+                "check indentation and quoting near this position",
+            )
+        )
+    except yaml.YAMLError as exc:
+        problems.append(Problem(Location(source, 1, 1), f"YAML error: {exc}"))
+    except RecursionError:
+        problems.append(Problem(Location(source, 1, 1), "YAML nests too deeply to read"))
+    finally:
+        loader.dispose()
+    if problems:
+        raise PolicyError(problems)
+    return docs
+
+
+def read_file(path: Path, layer: Layer = Layer.FILE, display: str | None = None) -> list[Document]:
+    """Read one YAML file. Undecodable or unreadable files are located errors, not tracebacks."""
+    source = display or str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError([Problem(Location(source, 0, 0), f"cannot read file: {exc.strerror or exc}")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(
+            [Problem(Location(source, 1, 1), f"file is not UTF-8 (byte {exc.start}: {short(raw[exc.start:exc.start + 4])})")]
+        ) from None
+    return parse_documents(text, source, layer, path)
+
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def expand_paths(paths: list[Path]) -> tuple[list[Path], list[Problem]]:
+    """Files named directly, plus every *.yaml/*.yml below named directories (sorted, hidden skipped).
+
+    Hidden entries are skipped so a ConfigMap mount's ``..data`` and timestamped directories are not
+    read twice.
+    """
+    files: list[Path] = []
+    problems: list[Problem] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(
+                f
+                for f in p.rglob("*")
+                if f.suffix in YAML_SUFFIXES
+                and f.is_file()
+                and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            )
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            problems.append(Problem(Location(str(p), 0, 0), "no such file or directory"))
+    return files, problems

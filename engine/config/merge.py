@@ -1,0 +1,286 @@
+"""Layer documents into one effective spec for a node, remembering where every field came from.
+
+Order: built-in defaults < files < custom resources; within a layer, lower spec.priority first, then
+name. Named entries (classes, enhancements, pools, rules) merge by name with field-level overlay:
+mappings merge key by key, lists and scalars replace. ``enabled: false`` removes an inherited entry.
+Two documents of one layer with equal priority that can apply to the same node must not set the same
+field to different values: no order between them would be honest, so that is an error.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.config.errors import Location, Problem, short
+from engine.config.load import Document, JsonPath, Layer
+from engine.config.selector import may_overlap
+
+NAMED_SECTIONS = ("classes", "enhancements", "pools", "rules")
+SINGLE_SECTIONS = ("reclaim",)
+SPEC_SCALARS = ("mode", "defaultClass")
+DOC_ONLY = ("priority", "nodeSelector")
+
+Origins = dict[JsonPath, Location]
+
+
+@dataclass
+class Rendered:
+    """A document after templating and schema validation, ready to merge."""
+
+    doc: Document
+    data: dict[str, Any]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        spec = self.data.get("spec")
+        return spec if isinstance(spec, dict) else {}
+
+    @property
+    def priority(self) -> int:
+        p = self.spec.get("priority", 0)
+        return p if isinstance(p, int) else 0
+
+    @property
+    def sort_key(self) -> tuple[int, int, str]:
+        return (int(self.doc.layer), self.priority, self.doc.name)
+
+    def locate(self, path: JsonPath) -> Location:
+        return self.doc.locate(path)
+
+
+@dataclass
+class _Entry:
+    data: dict[str, Any]
+    origins: Origins  # relative path inside the entry -> where it was defined
+    docs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The effective spec for one node and the location that defined each part of it."""
+
+    spec: dict[str, Any]
+    origins: Mapping[JsonPath, Location]
+    documents: tuple[Rendered, ...]
+
+    def locate(self, path: JsonPath) -> Location:
+        """Where the value at ``path`` (relative to ``spec``) was defined; nearest ancestor if needed."""
+        p = tuple(path)
+        while p:
+            loc = self.origins.get(p)
+            if loc is not None:
+                return loc
+            p = p[:-1]
+        loc = self.origins.get(())
+        return loc if loc is not None else Location("<merged policy>", 0, 0, "$.spec")
+
+
+def _origins_of(r: Rendered, base: JsonPath, value: Any) -> Iterator[tuple[JsonPath, Location]]:
+    """Every node below ``value`` (at document path ``base``) with its location, relative to base."""
+    stack: list[tuple[JsonPath, Any]] = [((), value)]
+    while stack:
+        rel, v = stack.pop()
+        yield rel, r.locate((*base, *rel))
+        if isinstance(v, dict):
+            stack.extend(((*rel, k), sub) for k, sub in v.items())
+        elif isinstance(v, list):
+            stack.extend(((*rel, i), sub) for i, sub in enumerate(v))
+
+
+def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, rel: JsonPath = ()) -> None:
+    """Field-level overlay of ``over`` onto ``entry.data`` at ``rel``; lists and scalars replace."""
+    target = entry.data
+    for k in rel:
+        target = target[k]
+    for key, value in over.items():
+        path = (*rel, key)
+        current = target.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            entry.origins[path] = r.locate((*base, *path))
+            _overlay(entry, value, r, base, path)
+            continue
+        for old in [p for p in entry.origins if p[: len(path)] == path]:
+            del entry.origins[old]
+        target[key] = copy.deepcopy(value)
+        for sub, loc in _origins_of(r, (*base, *path), value):
+            entry.origins[(*path, *sub)] = loc
+
+
+def _new_entry(value: dict[str, Any], r: Rendered, base: JsonPath) -> _Entry:
+    return _Entry(copy.deepcopy(value), dict(_origins_of(r, base, value)), [r.doc.name])
+
+
+def merge(rendered: list[Rendered]) -> Merged:
+    """Merge documents already filtered for one node. Conflicts are reported by ``conflicts``."""
+    ordered = sorted(rendered, key=lambda r: r.sort_key)
+    scalars = _Entry({}, {})
+    singles: dict[str, _Entry] = {}
+    named: dict[str, dict[str, _Entry]] = {s: {} for s in NAMED_SECTIONS}
+    for r in ordered:
+        spec = r.spec
+        base: JsonPath = ("spec",)
+        for key in SPEC_SCALARS:
+            if key in spec:
+                _overlay(scalars, {key: spec[key]}, r, base)
+        for section in SINGLE_SECTIONS:
+            if isinstance(spec.get(section), dict):
+                entry = singles.setdefault(section, _Entry({}, {}))
+                entry.origins.setdefault((), r.locate((*base, section)))
+                _overlay(entry, spec[section], r, (*base, section))
+                entry.docs.append(r.doc.name)
+        for section in NAMED_SECTIONS:
+            items = spec.get(section)
+            if not isinstance(items, list):
+                continue
+            table = named[section]
+            for i, item in enumerate(items):
+                if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                    continue
+                name = item["name"]
+                ipath = (*base, section, i)
+                if item.get("enabled") is False:
+                    table.pop(name, None)
+                    continue
+                body = {k: v for k, v in item.items() if k != "enabled"}
+                if name in table:
+                    _overlay(table[name], body, r, ipath)
+                    table[name].docs.append(r.doc.name)
+                else:
+                    table[name] = _new_entry(body, r, ipath)
+                    _place_class(section, table, name, item)
+    return _assemble(scalars, singles, named, tuple(ordered))
+
+
+def _place_class(section: str, table: dict[str, _Entry], name: str, item: dict[str, Any]) -> None:
+    """Classes match first-wins, so a new class may ask to go ``before`` an inherited one."""
+    before = item.get("before")
+    if section != "classes" or not isinstance(before, str) or before not in table:
+        return
+    entry = table.pop(name)
+    rebuilt: dict[str, _Entry] = {}
+    for k, v in table.items():
+        if k == before:
+            rebuilt[name] = entry
+        rebuilt[k] = v
+    table.clear()
+    table.update(rebuilt)
+
+
+def _assemble(
+    scalars: _Entry, singles: dict[str, _Entry], named: dict[str, dict[str, _Entry]], docs: tuple[Rendered, ...]
+) -> Merged:
+    spec: dict[str, Any] = {}
+    origins: Origins = {}
+    for key, value in scalars.data.items():
+        spec[key] = value
+        for rel, loc in scalars.origins.items():
+            if rel[:1] == (key,):
+                origins[rel] = loc
+    for section, entry in singles.items():
+        spec[section] = entry.data
+        for rel, loc in entry.origins.items():
+            origins[(section, *rel)] = loc
+    for section in NAMED_SECTIONS:
+        table = named[section]
+        if not table:
+            continue
+        spec[section] = []
+        for i, entry in enumerate(table.values()):
+            spec[section].append(entry.data)
+            for rel, loc in entry.origins.items():
+                origins[(section, i, *rel)] = loc
+    return Merged(spec, origins, docs)
+
+
+# ---------------------------------------------------------------- equal-priority conflicts
+
+def _flatten(r: Rendered) -> dict[tuple[str, ...], tuple[Any, JsonPath]]:
+    """Leaves of a document's spec keyed by logical path (named entries keyed by name)."""
+    out: dict[tuple[str, ...], tuple[Any, JsonPath]] = {}
+
+    def walk(value: Any, logical: tuple[str, ...], path: JsonPath) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, (*logical, k), (*path, k))
+        else:
+            out[logical] = (value, path)
+
+    spec = r.spec
+    for key in (*SPEC_SCALARS, *SINGLE_SECTIONS):
+        if key in spec:
+            walk(spec[key], (key,), ("spec", key))
+    for section in NAMED_SECTIONS:
+        for i, item in enumerate(spec.get(section) or []):
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                walk(item, (section, f"name={item['name']}"), ("spec", section, i))
+    return out
+
+
+def conflicts(rendered: list[Rendered], check_selectors: bool) -> list[Problem]:
+    """Equal-priority documents of one layer that could meet on a node and disagree on a field.
+
+    ``check_selectors`` is True when the documents were not already filtered for one node.
+    """
+    problems: list[Problem] = []
+    groups: dict[tuple[Layer, int], list[Rendered]] = {}
+    for r in rendered:
+        groups.setdefault((r.doc.layer, r.priority), []).append(r)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        flat = [_flatten(r) for r in group]
+        for i in range(len(group)):
+            for j in range(i + 1, len(group)):
+                a, b = group[i], group[j]
+                if a.doc is b.doc:
+                    continue
+                if check_selectors and not may_overlap(a.spec.get("nodeSelector"), b.spec.get("nodeSelector")):
+                    continue
+                problems.extend(_pair_conflicts(a, flat[i], b, flat[j]))
+    return problems
+
+
+def _pair_conflicts(
+    a: Rendered, fa: dict[tuple[str, ...], tuple[Any, JsonPath]], b: Rendered, fb: dict[tuple[str, ...], tuple[Any, JsonPath]]
+) -> list[Problem]:
+    out: list[Problem] = []
+    for key, (va, pa) in fa.items():
+        if key not in fb or key[-1] == "name":
+            continue
+        vb, pb = fb[key]
+        if va != vb:
+            field_name = ".".join(k.replace("name=", "") if k.startswith("name=") else k for k in key)
+            out.append(
+                Problem(
+                    b.locate(pb),
+                    f"documents {a.doc.name!r} and {b.doc.name!r} have the same priority "
+                    f"({b.priority}) and set {field_name} to {short(va)} and {short(vb)}",
+                    "give one of them a higher spec.priority, or make their nodeSelectors disjoint, "
+                    "so qosd knows which one wins",
+                    related=(a.locate(pa),),
+                )
+            )
+    # An entry disabled by one document and defined by the other is also a disagreement.
+    for x, fx, y, fy in ((a, fa, b, fb), (b, fb, a, fa)):
+        for key, (value, path) in fx.items():
+            if key[-1] != "enabled" or value is not False:
+                continue
+            prefix = key[:-1]
+            defined = next(
+                (p for k, (_, p) in fy.items() if k[: len(prefix)] == prefix and k[-1] not in ("name", "enabled")),
+                None,
+            )
+            if defined is not None:
+                out.append(
+                    Problem(
+                        x.locate(path),
+                        f"document {x.doc.name!r} disables {'.'.join(prefix).replace('name=', '')} that "
+                        f"document {y.doc.name!r} defines at the same priority ({x.priority})",
+                        "give one of them a higher spec.priority",
+                        related=(y.locate(defined),),
+                    )
+                )
+    return out

@@ -1,0 +1,228 @@
+"""From rule sources to a Policy: load -> render -> validate -> merge -> compile.
+
+This is the only entry point other parts use. ``build_policy`` makes the generation for one node
+(the daemon, ``qosd render``); ``validate`` checks documents for every kind of node their selectors
+can tell apart (``qosd validate``). Both raise or return located problems, never tracebacks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.config.compile import check_and_compile, document_problems
+from engine.config.errors import Location, PolicyError, Problem
+from engine.config.load import Document, Layer, Marks, expand_paths, read_file
+from engine.config.merge import Rendered, conflicts, merge
+from engine.config.policy import Policy
+from engine.config.render import is_template, render_document
+from engine.config.schema_check import schema_problems
+from engine.config.selector import matches
+from engine.model.node import NodeInfo
+from engine.resources import bundled_policy_files
+
+PROFILE_LABEL = "qosd.io/profile"
+MAX_VARIANTS = 64
+
+REFERENCE_NODE = NodeInfo(
+    name="validate-reference",
+    labels={},
+    capacity={"cpu": 16.0, "memory": float(64 << 30)},
+    cpus=16,
+    numa_count=2,
+    sockets=2,
+    memory=64 << 30,
+    cpu_ids=frozenset(range(16)),
+)
+
+
+def load_documents(paths: Iterable[Path], builtin: bool = True) -> list[Document]:
+    """Read the built-in layer (unless disabled) and the given files/directories.
+
+    Every file is read even when an earlier one fails, so all parse errors come out in one run.
+    """
+    files, problems = expand_paths(list(paths))
+    docs: list[Document] = []
+    given = {f.resolve() for f in files}
+    if builtin:
+        for f in bundled_policy_files():
+            if f.resolve() not in given:
+                docs.extend(_read(f, Layer.BUILTIN, problems))
+    for f in files:
+        docs.extend(_read(f, Layer.FILE, problems))
+    if problems:
+        raise PolicyError(problems)
+    return docs
+
+
+def _read(path: Path, layer: Layer, problems: list[Problem]) -> list[Document]:
+    try:
+        return read_file(path, layer)
+    except PolicyError as exc:
+        problems.extend(exc.problems)
+        return []
+
+
+def document_from_object(obj: Mapping[str, Any], layer: Layer = Layer.CR) -> Document:
+    """A QoSPolicy custom resource (as the API returns it) as a document located by CR name + JSON path."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    name = str(meta.get("name", "?")) if isinstance(meta, Mapping) else "?"
+    data = {k: v for k, v in obj.items() if k != "status"}
+    return Document(f"QoSPolicy/{name}", 0, data, Marks(), layer)
+
+
+def _selector(doc: Document) -> Any:
+    spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+    return spec.get("nodeSelector") if isinstance(spec, dict) else None
+
+
+def applies_to(doc: Document, labels: Mapping[str, str]) -> bool:
+    sel = _selector(doc)
+    if not isinstance(sel, dict):
+        return True
+    try:
+        return matches(sel, labels)
+    except (KeyError, TypeError, AttributeError):
+        return True  # malformed selector: keep the document so its schema errors are reported
+
+
+def prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Problem]]:
+    """Render and schema-check one document for one node."""
+    problems: list[Problem] = []
+    if not isinstance(doc.data, dict):
+        return None, [Problem(doc.locate(()), "a rule document must be a mapping (apiVersion, kind, metadata, spec)")]
+    sel = _selector(doc)
+    if _has_template(sel):
+        problems.append(
+            Problem(doc.locate(("spec", "nodeSelector")), "nodeSelector cannot use templates", "selectors decide which node renders the document")
+        )
+    data, render_problems = render_document(doc, node.template_context())
+    problems.extend(render_problems)
+    if render_problems:
+        return None, problems
+    problems.extend(schema_problems(data, doc.locate))
+    if problems:
+        return None, problems
+    rendered = Rendered(doc, data)
+    problems.extend(document_problems(rendered))
+    return (rendered if not problems else None), problems
+
+
+def _has_template(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_has_template(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_template(v) for v in value)
+    return is_template(value)
+
+
+def build_policy(docs: list[Document], node: NodeInfo) -> Policy:
+    """The policy generation for ``node``; raises PolicyError with every problem found."""
+    problems: list[Problem] = []
+    rendered: list[Rendered] = []
+    for doc in docs:
+        if not applies_to(doc, node.labels):
+            continue
+        r, p = prepare(doc, node)
+        problems.extend(p)
+        if r is not None:
+            rendered.append(r)
+    if problems:
+        raise PolicyError(problems)
+    problems.extend(conflicts(rendered, check_selectors=False))
+    if problems:
+        raise PolicyError(problems)
+    if not rendered:
+        raise PolicyError(
+            [Problem(Location(node.name, 0, 0, "$"), f"no policy document applies to node {node.name!r}",
+                     "check the documents' nodeSelectors against the node's labels, or keep the built-in defaults")]
+        )
+    return check_and_compile(merge(rendered), node)
+
+
+def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[str, str]]:
+    """Label sets that exercise every distinguishable combination of the documents' selectors."""
+    values: dict[str, set[str | None]] = {}
+    for doc in docs:
+        sel = _selector(doc)
+        if not isinstance(sel, dict):
+            continue
+        for k, v in (sel.get("matchLabels") or {}).items() if isinstance(sel.get("matchLabels"), dict) else ():
+            values.setdefault(k, {None}).add(str(v))
+        for expr in sel.get("matchExpressions") or [] if isinstance(sel.get("matchExpressions"), list) else []:
+            if isinstance(expr, dict) and isinstance(expr.get("key"), str):
+                vals = values.setdefault(expr["key"], {None})
+                vals.update(str(v) for v in expr.get("values") or [])
+                if expr.get("operator") in ("Exists", "NotIn", "Gt", "Lt"):
+                    vals.add("qosd-validate-other")
+    keys = sorted(values)
+    total = 1
+    for k in keys:
+        total *= len(values[k])
+    if total > MAX_VARIANTS:
+        return []
+    variants: list[dict[str, str]] = []
+    for combo in itertools.product(*(sorted(values[k], key=lambda v: (v is not None, v or "")) for k in keys)):
+        labels = dict(base)
+        for k, v in zip(keys, combo, strict=True):
+            if v is None:
+                labels.pop(k, None)
+            else:
+                labels[k] = v
+        variants.append(labels)
+    return variants or [dict(base)]
+
+
+def validate(docs: list[Document], node: NodeInfo | None = None) -> list[Problem]:
+    """Every problem in ``docs``: per document, and for each node variant their selectors distinguish.
+
+    Without a node, templates render against REFERENCE_NODE (16 CPUs, 2 sockets, 2 NUMA, 64 GiB) with
+    the variant's labels. If the selectors distinguish more than MAX_VARIANTS label sets, references
+    are checked on all documents merged together instead.
+    """
+    base_node = node or REFERENCE_NODE
+    problems: list[Problem] = []
+    rendered_all: list[Rendered] = []
+    for doc in docs:
+        r, p = prepare(doc, base_node)
+        problems.extend(p)
+        if r is not None:
+            rendered_all.append(r)
+    problems.extend(conflicts(rendered_all, check_selectors=node is None))
+    if problems:
+        return _unique(problems)
+    if node is not None:
+        variants = [dict(node.labels)]
+    else:
+        variants = label_variants(docs, base_node.labels)
+    seen: set[tuple[int, ...]] = set()
+    if not variants:
+        problems.extend(_compile_problems(rendered_all, base_node))
+    for labels in variants:
+        applicable = tuple(i for i, d in enumerate(docs) if applies_to(d, labels))
+        if applicable in seen or not applicable:
+            continue
+        seen.add(applicable)
+        variant_node = base_node.with_labels(labels) if node is None else node
+        try:
+            build_policy([docs[i] for i in applicable], variant_node)
+        except PolicyError as exc:
+            problems.extend(exc.problems)
+    return _unique(problems)
+
+
+def _compile_problems(rendered: list[Rendered], node: NodeInfo) -> list[Problem]:
+    try:
+        check_and_compile(merge(rendered), node)
+    except PolicyError as exc:
+        return list(exc.problems)
+    return []
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    seen: dict[tuple[Location, str], Problem] = {}
+    for p in problems:
+        seen.setdefault((p.location, p.message), p)
+    return sorted(seen.values(), key=lambda p: p.location)

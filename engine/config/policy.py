@@ -1,0 +1,268 @@
+"""The compiled, immutable policy generation that the evaluator, strategies and daemon consume.
+
+A Policy is built once per reload and swapped atomically between ticks. Everything a tick needs is
+resolved here (fact references, durations, quantities, cpusets, name lookups), so a tick never parses
+YAML, renders a template or looks a name up in a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from engine.config.conditions import Condition
+from engine.config.errors import Location
+from engine.config.load import JsonPath
+
+
+def freeze(value: Any) -> Any:
+    """Deep read-only copy of JSON data: mappings become MappingProxyType, lists become tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Plain JSON data back from ``freeze`` (for output and hashing)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class StringMatch:
+    """Accepts a value when it is in ``any_of``, not in ``none_of``, and present iff ``exists``."""
+
+    any_of: frozenset[str] | None = None
+    none_of: frozenset[str] | None = None
+    exists: bool | None = None
+
+    def test(self, value: str | None) -> bool:
+        if self.exists is not None and (value is not None) != self.exists:
+            return False
+        if self.any_of is not None and (value is None or value not in self.any_of):
+            return False
+        return not (self.none_of is not None and value is not None and value in self.none_of)
+
+
+@dataclass(frozen=True)
+class JsonKeyMatch:
+    annotation: str
+    key: str
+    value: StringMatch
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """All present fields must hold (a class matches when any of its matchers holds)."""
+
+    annotations: tuple[tuple[str, StringMatch], ...] = ()
+    labels: tuple[tuple[str, StringMatch], ...] = ()
+    json_annotations: tuple[JsonKeyMatch, ...] = ()
+    kube_qos: frozenset[str] | None = None
+    priority_class: StringMatch | None = None
+    priority_min: int | None = None
+    priority_max: int | None = None
+    namespaces: StringMatch | None = None
+    cgroup_path: str | None = None
+
+
+@dataclass(frozen=True)
+class OomPriority:
+    default: int | None = None
+    min: int | None = None
+    max: int | None = None
+
+
+@dataclass(frozen=True)
+class QoSClass:
+    name: str
+    index: int
+    matchers: tuple[Matcher, ...]
+    cpu_policy: str | None
+    pool: str | None
+    requires: tuple[str, ...]
+    protected: bool
+    oom_priority: OomPriority
+    eviction_priority: int | None
+    cpu: Mapping[str, Any]
+    memory: Mapping[str, Any]
+    resctrl: Mapping[str, Any]
+    origin: Location
+
+
+@dataclass(frozen=True)
+class ValueSource:
+    """Where an enhancement's raw string value is read: a label, an annotation, or a key of a JSON annotation."""
+
+    kind: str  # label | annotation | jsonAnnotation
+    key: str
+    json_key: str | None = None
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Enhancement:
+    name: str
+    sources: tuple[ValueSource, ...]
+    value_type: str
+    equals: str
+    values: tuple[str, ...]
+    range: tuple[float, float] | None
+    on_invalid: str
+    default: Any
+    applies_to: frozenset[str]
+    requires: tuple[str, ...]
+    conflicts_with: tuple[str, ...]
+    effect: str | None
+    effect_value: Any
+    origin: Location
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    kind: str | None
+    static_cpus: frozenset[int] | None
+    static_count: int | None
+    from_requests: float | None
+    remainder: bool
+    per_container: bool
+    min: int | None
+    max: int | None
+    template: bool
+    placement: str | None
+    per_numa: bool
+    ht_policy: str | None
+    order: str
+    origin: Location
+
+
+@dataclass(frozen=True)
+class ReclaimResource:
+    policy: str
+    threshold_percent: float | None
+    max_percent: float | None
+    min: float | None
+    max: float | None
+    reserved_for_report: float | None
+    min_report: float | None
+    min_ignored: float | None
+    publish_as: str | None
+    smoothing_window: float | None
+    smoothing_agg: str
+    min_step: float | None
+    max_step: float | None
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    enabled: bool
+    cpu: ReclaimResource | None
+    memory: ReclaimResource | None
+    degrade_after: float | None
+    report_interval: float | None
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    params: Mapping[str, Any]
+    path: JsonPath
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    index: int
+    mode: str
+    description: str
+    when: Condition | None
+    clear_when: Condition | None
+    sustain: float
+    cooldown: float
+    per_round: int | None
+    per_window: tuple[int, float] | None
+    actions: tuple[Action, ...]
+    scope: str
+    origin: Location
+
+
+@dataclass(frozen=True)
+class DocumentRef:
+    """A document that contributed to this generation."""
+
+    name: str
+    source: str
+    layer: str
+    priority: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One immutable policy generation for one node."""
+
+    hash: str
+    node: str
+    mode: str
+    default_class: str | None
+    classes: tuple[QoSClass, ...]
+    enhancements: tuple[Enhancement, ...]
+    pools: tuple[Pool, ...]
+    reclaim: Reclaim
+    rules: tuple[Rule, ...]
+    documents: tuple[DocumentRef, ...]
+    spec: Mapping[str, Any]
+    origins: Mapping[str, Location]
+    generation: int = 0
+    class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)
+    enhancement_index: Mapping[str, Enhancement] = field(default_factory=lambda: EMPTY, compare=False, init=False)
+    pool_index: Mapping[str, Pool] = field(default_factory=lambda: EMPTY, compare=False, init=False)
+    rule_index: Mapping[str, Rule] = field(default_factory=lambda: EMPTY, compare=False, init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "class_index", MappingProxyType({c.name: c for c in self.classes}))
+        object.__setattr__(self, "enhancement_index", MappingProxyType({e.name: e for e in self.enhancements}))
+        object.__setattr__(self, "pool_index", MappingProxyType({p.name: p for p in self.pools}))
+        object.__setattr__(self, "rule_index", MappingProxyType({r.name: r for r in self.rules}))
+
+    @property
+    def short_hash(self) -> str:
+        return self.hash[:12]
+
+    def origin(self, json_path: str) -> Location | None:
+        """Which document and line defined the effective value at ``json_path`` (e.g. $.spec.rules[0].for)."""
+        path = json_path
+        while path:
+            loc = self.origins.get(path)
+            if loc is not None:
+                return loc
+            cut = max(path.rfind("."), path.rfind("["))
+            if cut <= 0:
+                return None
+            path = path[:cut]
+        return None
+
+    def to_document(self) -> dict[str, Any]:
+        """The effective policy as one QoSPolicy document (what `qosd render` prints)."""
+        return {
+            "apiVersion": "qosd.io/v1alpha1",
+            "kind": "QoSPolicy",
+            "metadata": {
+                "name": f"effective-{self.node}",
+                "annotations": {
+                    "qosd.io/hash": self.hash,
+                    "qosd.io/documents": ",".join(f"{d.layer}:{d.name}" for d in self.documents),
+                },
+            },
+            "spec": thaw(self.spec),
+        }

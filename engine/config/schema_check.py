@@ -1,0 +1,132 @@
+"""JSON Schema validation of rendered documents, with errors turned into located, human problems.
+
+jsonschema's raw messages ("... is not valid under any of the given schemas") do not help anyone
+at 3 a.m.; we descend into the most relevant branch, name the field, suggest the nearest valid
+spelling, and point at the key or value in the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable
+from functools import cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match, relevance
+
+from engine.config.errors import Location, Problem, short
+from engine.config.load import JsonPath
+from engine.resources import load_schema
+
+Locator = Callable[[JsonPath, bool], Location]
+
+
+@cache
+def validator(kind: str) -> Draft202012Validator:
+    """One validator per schema per process: building it costs more than validating a policy."""
+    return Draft202012Validator(load_schema(kind))
+
+
+def _leaf_errors(error: ValidationError) -> ValidationError:
+    """For oneOf/anyOf failures, the branch error that best explains the problem.
+
+    Branches that fail only because the value has another type (a mapping where a list was allowed)
+    say nothing useful; among the rest, the deepest error is the most specific.
+    """
+    while error.context:
+        depth = len(error.absolute_path)
+        informative = [
+            e
+            for e in error.context
+            if not (e.validator in ("type", "const", "enum") and len(e.absolute_path) == depth)
+        ]
+        pool = informative or list(error.context)
+        deepest = max(len(e.absolute_path) for e in pool)
+        error = best_match([e for e in pool if len(e.absolute_path) == deepest], key=relevance)
+    return error
+
+
+def schema_problems(data: Any, locate: Locator, kind: str = "policy") -> list[Problem]:
+    out: list[Problem] = []
+    for err in validator(kind).iter_errors(data):
+        out.append(_to_problem(_leaf_errors(err), locate))
+    return out
+
+
+_NUMBERISH = re.compile(r"^\s*[-+]?[0-9]+(\.[0-9]+)?\s*%?\s*$")
+
+
+def _to_problem(err: ValidationError, locate: Locator) -> Problem:
+    path: JsonPath = tuple(err.absolute_path)
+    validator_kw = str(err.validator)
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    instance = err.instance
+    if validator_kw == "additionalProperties" and isinstance(instance, dict):
+        allowed = sorted((schema.get("properties") or {}).keys())
+        extra = [k for k in instance if k not in allowed]
+        key = extra[0] if extra else "?"
+        hint = _did_you_mean(key, allowed) or (f"allowed fields here: {', '.join(allowed)}" if allowed else "")
+        return Problem(locate((*path, key), True), f"unknown field {key!r}", hint)
+    if validator_kw == "required":
+        missing = re.findall(r"'([^']+)' is a required property", err.message)
+        field = missing[0] if missing else "field"
+        return Problem(locate(path, True), f"missing required field {field!r}", _required_hint(path, field))
+    if validator_kw == "type":
+        want = schema.get("type")
+        wanted = " or ".join(want) if isinstance(want, list) else str(want)
+        hint = ""
+        if isinstance(instance, str) and _NUMBERISH.match(instance) and wanted in ("number", "integer"):
+            hint = f"write {instance.strip().rstrip('%')} without quotes: thresholds must be numbers, never strings"
+        elif wanted in ("number", "integer") and isinstance(instance, bool):
+            hint = "true/false is not a number"
+        return Problem(locate(path, False), f"{short(instance)} is a {_kind(instance)}, expected {wanted}", hint)
+    if validator_kw in ("enum", "const"):
+        options = schema.get("enum") or [schema.get("const")]
+        hint = _did_you_mean(str(instance), [str(o) for o in options])
+        return Problem(
+            locate(path, False),
+            f"{short(instance)} is not one of {', '.join(map(str, options))}",
+            hint,
+        )
+    if validator_kw == "pattern" and "propertyNames" in err.absolute_schema_path:
+        return Problem(
+            locate((*path, str(instance)), True),
+            f"{instance!r} is neither all/any/not nor a fact name",
+            "a condition is {all: [...]}, {any: [...]}, {not: {...}} or {<fact>: {<op>: value}}; "
+            "list fact names with `qosd schema facts --names`",
+        )
+    if validator_kw == "pattern":
+        what = schema.get("description") or f"must match {schema.get('pattern')}"
+        return Problem(locate(path, False), f"{short(instance)} is not valid here: {what}")
+    if validator_kw in ("minProperties", "maxProperties") and isinstance(instance, dict):
+        if validator_kw == "maxProperties":
+            return Problem(
+                locate(path, False),
+                f"only one of {', '.join(instance)} may be given here",
+                "split them into separate list items",
+            )
+        return Problem(locate(path, False), "this mapping must not be empty")
+    if validator_kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems"):
+        return Problem(locate(path, False), f"{short(instance)}: {err.message.split(' ', 1)[1]}")
+    return Problem(locate(path, False), err.message)
+
+
+def _kind(value: Any) -> str:
+    return {str: "string", bool: "boolean", int: "integer", float: "number", list: "list", dict: "mapping"}.get(
+        type(value), type(value).__name__
+    ) if value is not None else "null"
+
+
+def _did_you_mean(word: str, options: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
+def _required_hint(path: JsonPath, field: str) -> str:
+    if field == "name":
+        return "every class, enhancement, pool and rule needs a name; entries merge across documents by name"
+    if field == "then":
+        return "a rule needs at least one action under `then`"
+    return ""
