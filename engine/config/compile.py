@@ -318,12 +318,12 @@ def _compile_enhancement(c: _Checker, i: int, raw: dict[str, Any]) -> Enhancemen
             if not _value_has_type(effect["value"], allowed):
                 c.add(
                     (*base, "effect", "value"),
-                    f"{target} takes a {' or '.join(allowed)}, not {short(effect['value'])}",
+                    f"{target} takes {_a(allowed)}, not {short(effect['value'])}",
                 )
         elif vtype not in allowed:
             c.add(
                 (*base, "effect", "set"),
-                f"{target} takes a {' or '.join(allowed)}, but enhancement {name!r} yields a {vtype}",
+                f"{target} takes {_a(allowed)}, but enhancement {name!r} yields {_a((vtype,))}",
                 f"set type: {allowed[0]} on the enhancement, or give effect.value",
             )
     return Enhancement(
@@ -342,6 +342,11 @@ def _compile_enhancement(c: _Checker, i: int, raw: dict[str, Any]) -> Enhancemen
         effect_value=freeze(effect.get("value")),
         origin=c.loc(base),
     )
+
+
+def _a(kinds: tuple[str, ...]) -> str:
+    text = " or ".join(kinds)
+    return ("an " if text[:1] in "aeiou" else "a ") + text
 
 
 def _value_has_type(value: Any, allowed: tuple[str, ...]) -> bool:
@@ -452,6 +457,7 @@ def _check_pools(c: _Checker, pools: list[Pool | None]) -> None:
     index = {p.name: i for i, p in enumerate(pools) if p is not None}
     claimed: dict[int, str] = {}
     static_total = 0
+    over = False
     for p in pools:
         if p is None:
             continue
@@ -467,19 +473,19 @@ def _check_pools(c: _Checker, pools: list[Pool | None]) -> None:
                     )
                     break
                 claimed[cpu] = p.name
-            static_total += len(p.static_cpus)
-        static_total += p.static_count or 0
+        static_total += len(p.static_cpus or ()) + (p.static_count or 0)
+        if static_total > c.node.cpus and not over:
+            over = True
+            c.add(
+                ("pools", index[p.name], "cpus"),
+                f"static pools take {static_total} CPUs up to {p.name!r} but node {c.node.name!r} has {c.node.cpus}",
+                "reduce the static pools or target larger nodes with a nodeSelector",
+            )
     remainders = [p.name for p in pools if p is not None and p.remainder]
     if len(remainders) > 1:
         c.add(
             ("pools", index[remainders[1]], "size", "remainder"),
             f"only one pool can take the remainder; {', '.join(remainders)} all do",
-        )
-    if static_total > c.node.cpus:
-        c.add(
-            ("pools",),
-            f"static pools take {static_total} CPUs but node {c.node.name!r} has {c.node.cpus}",
-            "reduce the static pools or target larger nodes with a nodeSelector",
         )
 
 

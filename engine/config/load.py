@@ -55,7 +55,8 @@ def _core_schema_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
         r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
         "-+0123456789.",
     )
-    add("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", "~nN\0")
+    add("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", "~nN")
+    resolvers[""] = [("tag:yaml.org,2002:null", re.compile(r"^$"))]
     add("tag:yaml.org,2002:merge", r"^(?:<<)$", "<")
     return resolvers
 
@@ -148,6 +149,15 @@ class _Builder:
         self.marks.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.ScalarNode):
             return self._scalar(node, path)
+        if isinstance(node, yaml.SequenceNode | yaml.MappingNode) and node.tag not in _COLLECTION_TAGS:
+            self.problems.append(
+                Problem(
+                    self._loc(node, path),
+                    f"YAML tag {node.tag} is not allowed here",
+                    "rule documents hold plain strings, numbers, booleans, lists and mappings; drop the tag",
+                )
+            )
+            return None
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*path, i), depth + 1) for i, item in enumerate(node.value)]
         if isinstance(node, yaml.MappingNode):
@@ -262,6 +272,7 @@ class _TooBig(Exception):
         self.message = message
 
 
+_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"})
 _SCALAR_TAGS = frozenset(
     {
         "tag:yaml.org,2002:str",

@@ -83,7 +83,8 @@ def _origins_of(r: Rendered, base: JsonPath, value: Any) -> Iterator[tuple[JsonP
     stack: list[tuple[JsonPath, Any]] = [((), value)]
     while stack:
         rel, v = stack.pop()
-        yield rel, r.locate((*base, *rel))
+        # Containers are located at their key ("when:"), scalars at the value itself.
+        yield rel, r.doc.locate((*base, *rel), prefer_key=isinstance(v, dict | list))
         if isinstance(v, dict):
             stack.extend(((*rel, k), sub) for k, sub in v.items())
         elif isinstance(v, list):
@@ -99,7 +100,7 @@ def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, r
         path = (*rel, key)
         current = target.get(key)
         if isinstance(value, dict) and isinstance(current, dict):
-            entry.origins[path] = r.locate((*base, *path))
+            entry.origins[path] = r.doc.locate((*base, *path), prefer_key=True)
             _overlay(entry, value, r, base, path)
             continue
         for old in [p for p in entry.origins if p[: len(path)] == path]:

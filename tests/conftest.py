@@ -1,0 +1,46 @@
+"""Shared helpers: write rule documents to temporary files and run the real pipeline on them."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from engine.config.errors import Problem
+from engine.config.pipeline import load_documents, validate
+
+HEADER = """\
+apiVersion: qosd.io/v1alpha1
+kind: QoSPolicy
+metadata: {name: %s}
+spec:
+"""
+
+
+def policy_text(spec: str, name: str = "t") -> str:
+    """A QoSPolicy document whose spec body is ``spec`` (indented under ``spec:``)."""
+    return HEADER % name + textwrap.indent(textwrap.dedent(spec).strip("\n"), "  ") + "\n"
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[..., Path]:
+    def _write(text: str, name: str = "policy.yaml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return _write
+
+
+@pytest.fixture
+def problems_of(write: Callable[..., Path]) -> Callable[..., list[Problem]]:
+    """Validate text (no built-in layer) and return its problems."""
+
+    def _run(text: str, builtin: bool = False) -> list[Problem]:
+        path = write(text)
+        return validate(load_documents([path], builtin=builtin))
+
+    return _run

@@ -1,0 +1,175 @@
+"""Every schema and semantic check, fed a bad document: the message and its line:col are asserted.
+
+Each case is a small spec body in policy.yaml; a second document, base.yaml, supplies the classes and
+pools the case does not care about (entries merge across documents by name). The header is 4 lines,
+so spec body line N is file line N + 4.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.config.errors import Problem
+from engine.config.pipeline import load_documents, validate
+from tests.conftest import policy_text
+
+BASE = """\
+classes:
+  - name: be
+    match: [{labels: {q: be}}]
+    cpu: {policy: reclaimed, pool: reclaim}
+  - name: sys
+    protected: true
+    match: [{labels: {q: sys}}]
+pools:
+  - {name: reserve, cpus: {count: 2}}
+  - {name: reclaim, size: {remainder: true}}
+"""
+
+
+def doc(extra: str) -> str:
+    return policy_text(extra or "priority: 1\n")
+
+
+def check(tmp_path: Path, extra: str) -> list[Problem]:
+    (tmp_path / "base.yaml").write_text(policy_text(BASE, name="base"), encoding="utf-8")
+    (tmp_path / "policy.yaml").write_text(doc(extra), encoding="utf-8")
+    return validate(load_documents([tmp_path], builtin=False))
+
+
+# (case id, spec body appended to BASE, expected message fragment, expected hint fragment, line, col)
+CASES = [
+    # ---- schema
+    ("unknown field", "rules:\n  - name: r\n    when: {all: [{node.memory.usage_percent: {gte: 70}}]}\n    then: {notify: {}}\n    fro: 10s\n",
+     "unknown field 'fro'", "did you mean 'for'?", 9, 7),
+    ("missing name", "rules:\n  - then: {notify: {}}\n", "missing required field 'name'", "entries merge", 6, 7),
+    ("threshold as string", "rules:\n  - name: r\n    when: {node.memory.usage_percent: {gte: '90'}}\n    then: {notify: {}}\n",
+     "\"90\" is a string, expected number", "write 90 without quotes", 7, 47),
+    ("enum typo", "mode: audt\n", "\"audt\" is not one of enforce, audit", "did you mean 'audit'?", 5, 9),
+    ("bad duration", "rules:\n  - name: r\n    for: 10 minutes\n    then: {notify: {}}\n",
+     "is not valid here: A Go-style duration", "", 7, 12),
+    ("two actions in one item", "rules:\n  - name: r\n    then: [{notify: {}, taint: {key: k, effect: NoSchedule}}]\n",
+     "only one of notify, taint may be given here", "split them", 7, 14),
+    ("bad condition key", "rules:\n  - name: r\n    when: {All: [{node.memory.usage_percent: {gte: 1}}]}\n    then: {notify: {}}\n",
+     "'All' is neither all/any/not nor a fact name", "qosd schema facts --names", 7, 14),
+    ("percent out of range", "rules:\n  - name: r\n    then: {suppress: {class: be, thresholdPercent: 150}}\n",
+     "150: is greater than the maximum of 100", "", 7, 54),
+    ("boolean as number", "classes:\n  - name: x\n    evictionPriority: true\n",
+     "true is a boolean, expected integer", "true/false is not a number", 7, 25),
+    ("bad cpuset list", "pools:\n  - {name: p, cpus: {list: '0-3;5'}}\n", "is not valid here: A cpuset list", "", 6, 30),
+    # ---- references
+    ("default class missing", "defaultClass: bee\n", "class 'bee' is not defined", "did you mean 'be'?", 5, 17),
+    ("class pool missing", "classes:\n  - name: x\n    cpu: {pool: shar}\n", "pool 'shar' is not defined", "defined pools: reserve, reclaim", 7, 19),
+    ("class requires missing enhancement", "classes:\n  - name: x\n    cpu: {requires: [numa_bind]}\n",
+     "enhancement 'numa_bind' is not defined", "", 7, 24),
+    ("evict victim class missing", "rules:\n  - name: r\n    then: {evict: {victims: {classes: [bee]}}}\n",
+     "class 'bee' is not defined", "did you mean 'be'?", 7, 42),
+    ("suppress class missing", "rules:\n  - name: r\n    then: {suppress: {class: nope}}\n", "class 'nope' is not defined", "", 7, 32),
+    ("setCgroup pool missing", "rules:\n  - name: r\n    then: {setCgroup: {target: {pool: nope}, values: {cpu.shares: 2}}}\n",
+     "pool 'nope' is not defined", "", 7, 41),
+    ("before missing", "classes:\n  - name: x\n    before: nope\n", "class 'nope' is not defined", "", 7, 15),
+    ("class fact for missing class", "rules:\n  - name: r\n    when: {class.nope.cpu.satisfaction: {lt: 0.5}}\n    then: {notify: {}}\n",
+     "refers to class 'nope', which no document defines", "classes defined: be, sys", 7, 14),
+    # ---- facts and operators
+    ("unknown fact", "rules:\n  - name: r\n    when: {node.memory.usage_pct: {gte: 70}}\n    then: {notify: {}}\n",
+     "unknown fact 'node.memory.usage_pct'", "did you mean 'node.memory.usage_percent'", 7, 14),
+    ("string fact with order op", "rules:\n  - name: r\n    when: {pod.class: {gt: 3}}\n    then: {notify: {}}\n",
+     "'pod.class' is a string; gt only applies to numeric facts", "use eq, ne or in", 7, 30),
+    ("numeric fact compared with a string", "rules:\n  - name: r\n    when: {pod.priority: {in: ['100']}}\n    then: {notify: {}}\n",
+     "'pod.priority' is a number but in compares it with \"100\"", "without quotes", 7, 29),
+    ("enum fact with impossible value", "rules:\n  - name: r\n    when: {pod.kube_qos: {eq: Gold}}\n    then: {notify: {}}\n",
+     "\"Gold\" is never a value of 'pod.kube_qos'", "Guaranteed", 7, 33),
+    ("window on a non-series fact", "rules:\n  - name: r\n    when: {pod.priority: {gt: 1, window: 5m}}\n    then: {notify: {}}\n",
+     "has no windowed aggregates", "drop window/agg", 7, 44),
+    ("agg without window", "rules:\n  - name: r\n    when: {node.cpu.usage_percent: {gt: 1, agg: max}}\n    then: {notify: {}}\n",
+     "agg 'max' needs a window", "window: 5m", 7, 51),
+    ("hysteresis without order op", "rules:\n  - name: r\n    when: {node.cpu.usage_percent: {eq: 1, hysteresis: 2}}\n    then: {notify: {}}\n",
+     "hysteresis needs exactly one of lt, lte, gt, gte", "", 7, 58),
+    ("mixed scopes", "rules:\n  - name: r\n    when: {all: [{numa.memory.free_bytes: {lt: 1}}, {pod.memory.rss_bytes: {gt: 1}}]}\n    then: {notify: {}}\n",
+     "mixes per-numa and per-pod facts", "split it into two rules", 7, 7),
+    ("clearWhen without when", "rules:\n  - name: r\n    clearWhen: {node.cpu.usage_percent: {lt: 1}}\n    then: {notify: {}}\n",
+     "clearWhen needs a when", "", 7, 7),
+    # ---- classes
+    ("empty l3 range", "classes:\n  - name: x\n    resctrl: {l3Percent: [40, 10]}\n", "l3Percent [40, 10] is empty", "lowest 30%", 7, 17),
+    ("shares and weight", "classes:\n  - name: x\n    cpu: {shares: 2, weight: 10}\n", "either cpu.shares or cpu.weight", "", 7, 7),
+    ("bad knob expression", "classes:\n  - name: x\n    memory: {high: {expr: 'pod.requests.memory * factor'}}\n",
+     "uses unknown name(s) factor", "pod, container and node", 7, 29),
+    ("knob expression syntax", "classes:\n  - name: x\n    memory: {high: {expr: 'pod.requests.memory *'}}\n",
+     "does not parse", "", 7, 29),
+    ("oom range empty", "classes:\n  - name: x\n    oomPriority: {min: 10, max: 0}\n", "oomPriority range [10, 0) is empty", "", 7, 7),
+    ("oom default outside", "classes:\n  - name: x\n    oomPriority: {min: 0, max: 100, default: 100}\n",
+     "oomPriority default 100 is outside [0, 100)", "", 7, 48),
+    ("duplicate class in one document", "classes:\n  - name: x\n  - name: x\n", "class 'x' is defined twice in this document", "unique name", 7, 13),
+    # ---- enhancements
+    ("requires and conflicts", "enhancements:\n  - {name: a, requires: [b], conflictsWith: [b]}\n  - {name: b}\n",
+     "both requires and conflicts with b", "no workload", 6, 32),
+    ("requires itself", "enhancements:\n  - {name: a, requires: [a]}\n", "lists itself in requires", "", 6, 28),
+    ("requires not applicable", "enhancements:\n  - {name: a, appliesTo: [be, sys], requires: [b]}\n  - {name: b, appliesTo: [be]}\n",
+     "applies to sys but requires 'b', which does not apply there", "widen appliesTo", 6, 50),
+    ("requires a conflicting enhancement", "enhancements:\n  - {name: a, requires: [b]}\n  - {name: b, conflictsWith: [a]}\n",
+     "requires 'b', but 'b' conflicts with 'a'", "", 6, 28),
+    ("appliesTo missing class", "enhancements:\n  - {name: a, appliesTo: [nope]}\n", "class 'nope' is not defined", "", 6, 29),
+    ("class requires enhancement that does not apply", "classes:\n  - name: sys2\n    cpu: {requires: [a]}\nenhancements:\n  - {name: a, appliesTo: [be]}\n",
+     "class 'sys2' requires enhancement 'a', which does not apply to it", "add 'sys2' to the appliesTo", 7, 24),
+    ("json key without jsonAnnotation", "enhancements:\n  - {name: a, from: {label: x, key: y}}\n", "key only applies to jsonAnnotation", "", 6, 39),
+    ("jsonAnnotation without key", "enhancements:\n  - {name: a, from: {jsonAnnotation: x}}\n", "jsonAnnotation needs the key", "key: numa_binding", 6, 17),
+    ("two source kinds", "enhancements:\n  - {name: a, from: {label: x, annotation: y}}\n", "exactly one of label, annotation, jsonAnnotation", "", 6, 17),
+    ("range on a bool", "enhancements:\n  - {name: a, type: bool, range: [0, 1]}\n", "range only applies to number or integer", "", 6, 29),
+    ("effect type mismatch", "enhancements:\n  - {name: a, type: string, effect: {set: cpu.numaBinding}}\n",
+     "cpu.numaBinding takes a bool, but enhancement 'a' yields a string", "type: bool", 6, 45),
+    ("effect value mismatch", "enhancements:\n  - {name: a, effect: {set: oomPriority, value: high}}\n",
+     "oomPriority takes an integer or number, not \"high\"", "", 6, 51),
+    # ---- pools
+    ("overlapping static cpus", "pools:\n  - {name: a, cpus: {list: '0-3'}}\n  - {name: b, cpus: {list: '3-5'}}\n",
+     "static pools 'a' and 'b' both claim CPU 3", "must not overlap", 7, 30),
+    ("cpus beyond the node", "pools:\n  - {name: a, cpus: {list: '14-17'}}\n", "names CPUs [16, 17] that node", "nodeSelector", 6, 30),
+    ("static count beyond the node", "pools:\n  - {name: a, cpus: {count: 20}}\n", "wants 20 CPUs but node", "", 6, 31),
+    ("static total beyond the node", "pools:\n  - {name: a, cpus: {count: 9}}\n  - {name: b, cpus: {count: 9}}\n",
+     "static pools take 20 CPUs up to 'b'", "", 7, 17),
+    ("pool without size", "pools:\n  - {name: a}\n", "pool 'a' has neither cpus (static) nor size (dynamic)", "", 6, 7),
+    ("pool with both", "pools:\n  - {name: a, cpus: {count: 1}, size: {remainder: true}}\n", "has both static cpus and a dynamic size", "", 6, 35),
+    ("pool with two size modes", "pools:\n  - {name: a, size: {remainder: true, fromRequests: 1.0}}\n", "exactly one of fromRequests, remainder", "", 6, 17),
+    ("pool min above max", "pools:\n  - {name: a, size: {fromRequests: 1.0, min: 8, max: 4}}\n", "has min 8 above max 4", "", 6, 17),
+    ("two remainder pools", "pools:\n  - {name: a, size: {remainder: true}}\n", "only one pool can take the remainder", "", 6, 35),
+    # ---- reclaim and actions
+    ("reclaim min above max", "reclaim:\n  cpu: {min: 8, max: 4}\n", "reclaim cpu min 8 is above max 4", "", 6, 16),
+    ("reclaim steps reversed", "reclaim:\n  memory: {smoothing: {minStep: 5Gi, maxStep: 300Mi}}\n", "smoothing minStep \"5Gi\" is above maxStep", "", 6, 35),
+    ("publish without publishAs", "rules:\n  - name: r\n    then: {publish: {resource: cpu}}\n", "publish 'cpu' needs spec.reclaim.cpu.publishAs", "", 7, 34),
+    ("protected victim", "rules:\n  - name: r\n    then: {evict: {victims: {classes: [sys]}}}\n", "class 'sys' is protected", "protected: false", 7, 42),
+    ("release above threshold", "rules:\n  - name: r\n    when: {node.memory.usage_percent: {gte: 70}}\n    then: {evict: {release: {lowerPercent: 70}}}\n",
+     "release.lowerPercent 70 is not below the trigger threshold", "e.g. 68", 8, 46),
+    ("empty setResctrl", "rules:\n  - name: r\n    then: {setResctrl: {mbPercent: 50}}\n", "setResctrl needs a class or a group", "", 7, 14),
+]
+
+
+@pytest.mark.parametrize(("case", "extra", "message", "hint", "line", "col"), CASES, ids=[c[0] for c in CASES])
+def test_check_reports_message_and_position(
+    tmp_path: Path, case: str, extra: str, message: str, hint: str, line: int, col: int
+) -> None:
+    problems = check(tmp_path, extra)
+    matching = [p for p in problems if message in p.message]
+    assert matching, f"{case}: expected {message!r}, got {[p.format() for p in problems]}"
+    p = matching[0]
+    assert hint in p.hint
+    assert (p.location.line, p.location.column) == (line, col), p.format()
+    assert p.location.source.endswith("policy.yaml")
+
+
+def test_base_document_is_clean(tmp_path: Path) -> None:
+    """The cases above fail because of their own lines, not because BASE is broken."""
+    assert check(tmp_path, "") == []
+
+
+def test_every_problem_of_a_file_is_reported_in_one_run(tmp_path: Path) -> None:
+    extra = (
+        "defaultClass: bee\n"
+        "rules:\n"
+        "  - name: r\n"
+        "    when: {all: [{node.memory.usage_pct: {gte: 70}}, {pod.class: {gt: 3}}]}\n"
+        "    then: {suppress: {class: nope}}\n"
+    )
+    messages = {p.message for p in check(tmp_path, extra)}
+    assert {"class 'bee' is not defined", "unknown fact 'node.memory.usage_pct'", "class 'nope' is not defined"} <= messages
+    assert any("gt only applies to numeric facts" in m for m in messages)
