@@ -91,15 +91,35 @@ def _origins_of(r: Rendered, base: JsonPath, value: Any) -> Iterator[tuple[JsonP
             stack.extend(((*rel, i), sub) for i, sub in enumerate(v))
 
 
+UNION_KEYS = frozenset({"when", "clearWhen", "from", "cpus", "target"})
+KNOB_PARENTS = frozenset({"cpu", "memory", "values"})
+
+
+def atomic(path: JsonPath, current: Any, value: Any) -> bool:
+    """Whether a mapping at ``path`` (relative to an entry) is one alternative of a union.
+
+    Such values (a condition, a value source, a static cpuset, a cgroup target, a knob such as
+    {percent, of} vs {expr}) replace as a whole: merging two alternatives key by key would produce a
+    value that is neither. An action under ``then`` merges only with an action of the same kind, so
+    an overlay can tune one eviction parameter.
+    """
+    key = path[-1] if path else None
+    if key in UNION_KEYS:
+        return True
+    if key == "then":
+        return not (isinstance(current, dict) and isinstance(value, dict) and set(current) == set(value))
+    return len(path) >= 2 and path[-2] in KNOB_PARENTS and isinstance(value, dict)
+
+
 def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, rel: JsonPath = ()) -> None:
-    """Field-level overlay of ``over`` onto ``entry.data`` at ``rel``; lists and scalars replace."""
+    """Field-level overlay of ``over`` onto ``entry.data`` at ``rel``; lists, scalars and unions replace."""
     target = entry.data
     for k in rel:
         target = target[k]
     for key, value in over.items():
         path = (*rel, key)
         current = target.get(key)
-        if isinstance(value, dict) and isinstance(current, dict):
+        if isinstance(value, dict) and isinstance(current, dict) and not atomic(path, current, value):
             entry.origins[path] = r.doc.locate((*base, *path), prefer_key=True)
             _overlay(entry, value, r, base, path)
             continue
@@ -203,7 +223,7 @@ def _flatten(r: Rendered) -> dict[tuple[str, ...], tuple[Any, JsonPath]]:
     out: dict[tuple[str, ...], tuple[Any, JsonPath]] = {}
 
     def walk(value: Any, logical: tuple[str, ...], path: JsonPath) -> None:
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not atomic(logical[2:] if logical[0] in NAMED_SECTIONS else logical[1:], None, value):
             for k, v in value.items():
                 walk(v, (*logical, k), (*path, k))
         else:

@@ -14,8 +14,8 @@ from typing import Any
 
 from engine.config.compile import check_and_compile, document_problems
 from engine.config.errors import Location, PolicyError, Problem
-from engine.config.load import Document, Layer, Marks, expand_paths, read_file
-from engine.config.merge import Rendered, conflicts, merge
+from engine.config.load import Document, JsonPath, Layer, Marks, expand_paths, json_path, read_file
+from engine.config.merge import Merged, Rendered, conflicts, merge
 from engine.config.policy import Policy
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
@@ -23,6 +23,7 @@ from engine.config.selector import matches
 from engine.model.node import NodeInfo
 from engine.resources import bundled_policy_files
 
+API_VERSION = "qosd.io/v1alpha1"
 PROFILE_LABEL = "qosd.io/profile"
 MAX_VARIANTS = 64
 
@@ -102,7 +103,7 @@ def prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Proble
     problems.extend(render_problems)
     if render_problems:
         return None, problems
-    problems.extend(schema_problems(data, doc.locate))
+    problems.extend(schema_problems(data, doc.locate, partial=True))
     if problems:
         return None, problems
     rendered = Rendered(doc, data)
@@ -139,7 +140,21 @@ def build_policy(docs: list[Document], node: NodeInfo) -> Policy:
             [Problem(Location(node.name, 0, 0, "$"), f"no policy document applies to node {node.name!r}",
                      "check the documents' nodeSelectors against the node's labels, or keep the built-in defaults")]
         )
-    return check_and_compile(merge(rendered), node)
+    return compile_merged(merge(rendered), node)
+
+
+def compile_merged(merged: Merged, node: NodeInfo) -> Policy:
+    """Schema-check the merged spec in full (required fields may come from any document), then compile."""
+    document = {"apiVersion": API_VERSION, "kind": "QoSPolicy", "metadata": {"name": "merged"}, "spec": merged.spec}
+
+    def locate(path: JsonPath, prefer_key: bool = False) -> Location:
+        loc = merged.locate(path[1:])
+        return Location(loc.source, loc.line, loc.column, json_path(path)) if loc.line else loc
+
+    problems = schema_problems(document, locate)
+    if problems:
+        raise PolicyError(problems)
+    return check_and_compile(merged, node)
 
 
 def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[str, str]]:
@@ -215,7 +230,7 @@ def validate(docs: list[Document], node: NodeInfo | None = None) -> list[Problem
 
 def _compile_problems(rendered: list[Rendered], node: NodeInfo) -> list[Problem]:
     try:
-        check_and_compile(merge(rendered), node)
+        compile_merged(merge(rendered), node)
     except PolicyError as exc:
         return list(exc.problems)
     return []

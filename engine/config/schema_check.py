@@ -48,10 +48,30 @@ def _leaf_errors(error: ValidationError) -> ValidationError:
     return error
 
 
-def schema_problems(data: Any, locate: Locator, kind: str = "policy") -> list[Problem]:
+NAMED_SECTIONS = frozenset({"classes", "enhancements", "pools", "rules"})
+
+
+def _overlay_required(err: ValidationError) -> bool:
+    """A missing field inside a named entry: fine in one document, since another may supply it."""
+    path = tuple(err.absolute_path)
+    return (
+        err.validator == "required"
+        and len(path) >= 3
+        and path[0] == "spec"
+        and path[1] in NAMED_SECTIONS
+        and "'name' is a required property" not in err.message
+    )
+
+
+def schema_problems(data: Any, locate: Locator, kind: str = "policy", partial: bool = False) -> list[Problem]:
+    """Schema problems of ``data``. ``partial`` accepts entries that lack required fields other than
+    ``name`` (an overlay document sets only what it changes); the merged spec is checked in full."""
     out: list[Problem] = []
     for err in validator(kind).iter_errors(data):
-        out.append(_to_problem(_leaf_errors(err), locate))
+        leaf = _leaf_errors(err)
+        if partial and _overlay_required(leaf):
+            continue
+        out.append(_to_problem(leaf, locate))
     return out
 
 
