@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import __version__
 from engine.config.errors import Location, PolicyError, Problem
-from engine.config.load import Document, Layer, read_file
+from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, validate
 from engine.config.schema_check import schema_problems
@@ -31,7 +31,7 @@ class UsageError(Exception):
 
 
 def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()) -> NodeInfo:
-    """Node facts from a file (a facts snapshot, its node section, or a Kubernetes Node), else this machine."""
+    """Node facts from a file (facts snapshot, its node section, or a Kubernetes Node), else this machine."""
     if path is None:
         node = read_local_node()
     else:
@@ -39,7 +39,9 @@ def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()
             raise UsageError(f"node file {path} does not exist")
         docs = read_file(path)
         if len(docs) != 1 or not isinstance(docs[0].data, dict):
-            raise PolicyError([Problem(Location(str(path), 1, 1), "a node file holds exactly one YAML mapping")])
+            raise PolicyError(
+                [Problem(Location(str(path), 1, 1), "a node file holds exactly one YAML mapping")]
+            )
         node = _node_from_document(docs[0])
     extra: dict[str, str] = {}
     for item in labels:
@@ -66,7 +68,12 @@ def _node_from_document(doc: Document) -> NodeInfo:
 
 def _print_problems(problems: Sequence[Problem], output: str, summary: str) -> None:
     if output == "json":
-        print(json.dumps({"valid": not problems, "summary": summary, "problems": [p.to_dict() for p in problems]}, indent=2))
+        print(
+            json.dumps(
+                {"valid": not problems, "summary": summary, "problems": [p.to_dict() for p in problems]},
+                indent=2,
+            )
+        )
         return
     for p in problems:
         print(p.format())
@@ -75,7 +82,9 @@ def _print_problems(problems: Sequence[Problem], output: str, summary: str) -> N
 
 def cmd_validate(args: argparse.Namespace) -> int:
     docs = load_documents(args.paths, builtin=not args.no_builtin)
-    node = load_node(args.node, args.profile, args.label) if (args.node or args.profile or args.label) else None
+    node = (
+        load_node(args.node, args.profile, args.label) if (args.node or args.profile or args.label) else None
+    )
     problems = validate(docs, node)
     files = {d.source for d in docs}
     n = len(problems)
@@ -130,10 +139,16 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
 
 def _policy_source_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="rule files or directories (*.yaml, *.yml)")
+    p.add_argument(
+        "paths", nargs="*", type=Path, metavar="PATH", help="rule files or directories (*.yaml, *.yml)"
+    )
     p.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    p.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL}), e.g. koordinator")
-    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="extra node label (repeatable)")
+    p.add_argument(
+        "--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL}), e.g. koordinator"
+    )
+    p.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", help="extra node label (repeatable)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,14 +161,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check rule documents; exit 0 clean, 1 invalid, 2 usage error")
     _policy_source_args(v)
-    v.add_argument("--node", type=Path, help="validate for this node only (facts snapshot or Kubernetes Node YAML)")
+    v.add_argument(
+        "--node", type=Path, help="validate for this node only (facts snapshot or Kubernetes Node YAML)"
+    )
     v.add_argument("--output", choices=("text", "json"), default="text")
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("render", help="print the effective merged policy for one node")
     _policy_source_args(r)
     r.add_argument("--node", type=Path, help="facts snapshot or Kubernetes Node YAML (default: this machine)")
-    r.add_argument("--show-origin", action="store_true", help="annotate every value with the file:line that set it")
+    r.add_argument(
+        "--show-origin", action="store_true", help="annotate every value with the file:line that set it"
+    )
     r.add_argument("--output", choices=("yaml", "json"), default="yaml")
     r.set_defaults(func=cmd_render)
 

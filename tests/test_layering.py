@@ -110,8 +110,16 @@ def test_equal_priority_disagreement_is_an_error_naming_both_places() -> None:
 def test_equal_priority_with_disjoint_selectors_is_fine_for_validate() -> None:
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
-        ("a", "nodeSelector: {matchLabels: {pool: a}}\nrules:\n  - name: mem-evict\n    for: 20s\n", Layer.FILE),
-        ("b", "nodeSelector: {matchLabels: {pool: b}}\nrules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE),
+        (
+            "a",
+            "nodeSelector: {matchLabels: {pool: a}}\nrules:\n  - name: mem-evict\n    for: 20s\n",
+            Layer.FILE,
+        ),
+        (
+            "b",
+            "nodeSelector: {matchLabels: {pool: b}}\nrules:\n  - name: mem-evict\n    for: 40s\n",
+            Layer.FILE,
+        ),
     )
     assert validate(docs) == []
     assert build_policy(docs, node(pool="a")).rule_index["mem-evict"].sustain == 20.0
@@ -122,8 +130,16 @@ def test_equal_priority_with_disjoint_selectors_is_fine_for_validate() -> None:
 def test_equal_priority_with_overlapping_selectors_is_reported_by_validate() -> None:
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
-        ("a", "nodeSelector: {matchLabels: {zone: x}}\nrules:\n  - name: mem-evict\n    for: 20s\n", Layer.FILE),
-        ("b", "nodeSelector: {matchLabels: {rack: y}}\nrules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE),
+        (
+            "a",
+            "nodeSelector: {matchLabels: {zone: x}}\nrules:\n  - name: mem-evict\n    for: 20s\n",
+            Layer.FILE,
+        ),
+        (
+            "b",
+            "nodeSelector: {matchLabels: {rack: y}}\nrules:\n  - name: mem-evict\n    for: 40s\n",
+            Layer.FILE,
+        ),
     )
     assert any("same priority" in p.message for p in validate(docs))
 
@@ -149,7 +165,11 @@ def test_a_disabled_entry_can_be_defined_again_by_a_higher_document() -> None:
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
         ("off", "priority: 1\nrules:\n  - name: notify-high\n    enabled: false\n", Layer.FILE),
-        ("on", "priority: 2\nrules:\n  - name: notify-high\n    then: {notify: {reason: Again}}\n", Layer.FILE),
+        (
+            "on",
+            "priority: 2\nrules:\n  - name: notify-high\n    then: {notify: {reason: Again}}\n",
+            Layer.FILE,
+        ),
     )
     rule = build_policy(docs, node()).rule_index["notify-high"]
     assert rule.when is None and rule.actions[0].params["reason"] == "Again"
@@ -173,7 +193,11 @@ def test_node_selector_decides_applicability() -> None:
 def test_lists_replace_and_mappings_merge() -> None:
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
-        ("team", "classes:\n  - name: be\n    match: [{labels: {q: batch}}]\n    cpu: {shares: 4}\n", Layer.FILE),
+        (
+            "team",
+            "classes:\n  - name: be\n    match: [{labels: {q: batch}}]\n    cpu: {shares: 4}\n",
+            Layer.FILE,
+        ),
     )
     policy = build_policy(docs, node())
     be = policy.class_index["be"]
@@ -192,7 +216,9 @@ def test_new_class_can_be_placed_before_an_inherited_one() -> None:
 
 
 def test_no_applicable_document_is_a_clear_error() -> None:
-    docs = docs_of(("only", "nodeSelector: {matchLabels: {x: y}}\n" + BASE.replace("priority: 0\n", ""), Layer.FILE))
+    docs = docs_of(
+        ("only", "nodeSelector: {matchLabels: {x: y}}\n" + BASE.replace("priority: 0\n", ""), Layer.FILE)
+    )
     with pytest.raises(PolicyError) as info:
         build_policy(docs, node())
     assert "no policy document applies" in info.value.problems[0].message
@@ -255,7 +281,7 @@ def test_every_effective_field_has_an_origin() -> None:
 
 def test_templates_render_per_node(tmp_path: Path) -> None:
     spec = BASE.replace("min: 4}}\n  - {name: reclaim", "min: 4}}\n  - {name: reclaim").replace(
-        "{remainder: true, min: 4}", "{remainder: true, min: \"{{ [4, node.numa_count * 3] | max }}\"}"
+        "{remainder: true, min: 4}", '{remainder: true, min: "{{ [4, node.numa_count * 3] | max }}"}'
     )
     docs = docs_of(("base", spec, Layer.BUILTIN))
     assert build_policy(docs, node()).pool_index["reclaim"].min == 6
@@ -267,7 +293,11 @@ def test_conditions_and_other_unions_replace_as_a_whole() -> None:
     """Merging two conditions key by key would make a condition neither document wrote."""
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
-        ("team", "rules:\n  - name: mem-evict\n    when: {node.memory.usage_bytes: {gte: 1000}}\n", Layer.FILE),
+        (
+            "team",
+            "rules:\n  - name: mem-evict\n    when: {node.memory.usage_bytes: {gte: 1000}}\n",
+            Layer.FILE,
+        ),
     )
     rule = build_policy(docs, node()).rule_index["mem-evict"]
     assert rule.when is not None and getattr(rule.when, "fact", None) == "node.memory.usage_bytes"

@@ -63,6 +63,9 @@ EFFECT_TYPES: dict[str, tuple[str, ...]] = {
 }
 
 
+_SINGULAR = {"classes": "class", "enhancements": "enhancement", "pools": "pool", "rules": "rule"}
+
+
 def document_problems(rendered: Rendered) -> list[Problem]:
     """Checks that concern one document alone: duplicate entry names would silently overlay."""
     problems: list[Problem] = []
@@ -77,8 +80,9 @@ def document_problems(rendered: Rendered) -> list[Problem]:
                 problems.append(
                     Problem(
                         rendered.locate(("spec", section, i, "name")),
-                        f"{section[:-1] if section != 'classes' else 'class'} {name!r} is defined twice in this document",
-                        "entries with the same name merge across documents; within one document give each a unique name",
+                        f"{_SINGULAR[section]} {name!r} is defined twice in this document",
+                        "entries with the same name merge across documents; "
+                        "within one document give each a unique name",
                         related=(rendered.locate(("spec", section, seen[name], "name")),),
                     )
                 )
@@ -113,8 +117,10 @@ class _Checker:
 
             close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            hint += f"defined {what}es: {', '.join(table) or 'none'}" if what == "class" else (
-                f"defined {what}s: {', '.join(table) or 'none'}"
+            hint += (
+                f"defined {what}es: {', '.join(table) or 'none'}"
+                if what == "class"
+                else (f"defined {what}s: {', '.join(table) or 'none'}")
             )
             self.add(path, f"{what} {name!r} is not defined", hint)
 
@@ -149,7 +155,8 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
         reclaim=reclaim,
         rules=tuple(x for x in rules if x is not None),
         documents=tuple(
-            DocumentRef(r.doc.name, r.doc.source, r.doc.layer.name.lower(), r.priority) for r in merged.documents
+            DocumentRef(r.doc.name, r.doc.source, r.doc.layer.name.lower(), r.priority)
+            for r in merged.documents
         ),
         spec=frozen_spec,
         origins=origins,
@@ -157,6 +164,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
 
 
 # ---------------------------------------------------------------- classes
+
 
 def _string_match(raw: Any) -> StringMatch:
     if isinstance(raw, str):
@@ -177,7 +185,11 @@ def _matcher(raw: dict[str, Any]) -> Matcher:
         annotations=tuple((k, _string_match(v)) for k, v in (raw.get("annotations") or {}).items()),
         labels=tuple((k, _string_match(v)) for k, v in (raw.get("labels") or {}).items()),
         json_annotations=tuple(
-            JsonKeyMatch(j["annotation"], j["key"], _string_match(j["value"]) if "value" in j else StringMatch(exists=True))
+            JsonKeyMatch(
+                j["annotation"],
+                j["key"],
+                _string_match(j["value"]) if "value" in j else StringMatch(exists=True),
+            )
             for j in raw.get("jsonAnnotations") or []
         ),
         kube_qos=frozenset([qos] if isinstance(qos, str) else qos) if qos else None,
@@ -260,6 +272,7 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
 
 # ---------------------------------------------------------------- enhancements
 
+
 def _sources(raw: Any) -> list[dict[str, Any]]:
     if raw is None:
         return []
@@ -275,7 +288,11 @@ def _compile_enhancement(c: _Checker, i: int, raw: dict[str, Any]) -> Enhancemen
         spath = (*base, "from", j) if isinstance(raw.get("from"), list) else (*base, "from")
         kinds = [k for k in ("label", "annotation", "jsonAnnotation") if k in src]
         if len(kinds) != 1:
-            c.add(spath, f"a value source names exactly one of label, annotation, jsonAnnotation (got {kinds or 'none'})")
+            c.add(
+                spath,
+                "a value source names exactly one of label, annotation, jsonAnnotation "
+                f"(got {kinds or 'none'})",
+            )
             continue
         kind = kinds[0]
         if kind == "jsonAnnotation" and "key" not in src:
@@ -307,7 +324,9 @@ def _compile_enhancement(c: _Checker, i: int, raw: dict[str, Any]) -> Enhancemen
     rng = raw.get("range")
     if rng is not None:
         if vtype not in ("number", "integer"):
-            c.add((*base, "range"), f"range only applies to number or integer enhancements; {name!r} is {vtype}")
+            c.add(
+                (*base, "range"), f"range only applies to number or integer enhancements; {name!r} is {vtype}"
+            )
         elif rng[0] > rng[1]:
             c.add((*base, "range"), f"range [{rng[0]}, {rng[1]}] is empty")
     effect = raw.get("effect") or {}
@@ -374,7 +393,8 @@ def _check_enhancement_graph(c: _Checker) -> None:
                 missing = ", ".join(sorted(applies - other_applies))
                 c.add(
                     (*base, "requires", j),
-                    f"enhancement {name!r} applies to {missing} but requires {req!r}, which does not apply there",
+                    f"enhancement {name!r} applies to {missing} but requires {req!r}, "
+                    "which does not apply there",
                     f"narrow appliesTo of {name!r} or widen appliesTo of {req!r}",
                 )
             if name in (other.get("conflictsWith") or ()):
@@ -387,6 +407,7 @@ def _check_enhancement_graph(c: _Checker) -> None:
 
 # ---------------------------------------------------------------- pools
 
+
 def _compile_pool(c: _Checker, i: int, raw: dict[str, Any]) -> Pool | None:
     base: JsonPath = ("pools", i)
     name = raw["name"]
@@ -394,7 +415,11 @@ def _compile_pool(c: _Checker, i: int, raw: dict[str, Any]) -> Pool | None:
     size = raw.get("size")
     kind = raw.get("kind")
     if cpus is None and size is None:
-        c.add(base, f"pool {name!r} has neither cpus (static) nor size (dynamic)", "add cpus: {count: 2} or size: {fromRequests: 1.0}")
+        c.add(
+            base,
+            f"pool {name!r} has neither cpus (static) nor size (dynamic)",
+            "add cpus: {count: 2} or size: {fromRequests: 1.0}",
+        )
     if cpus is not None and size is not None:
         c.add((*base, "size"), f"pool {name!r} has both static cpus and a dynamic size", "keep one of them")
     static: frozenset[int] | None = None
@@ -426,7 +451,8 @@ def _compile_pool(c: _Checker, i: int, raw: dict[str, Any]) -> Pool | None:
     if raw.get("size") is not None and len(modes) != 1:
         c.add(
             (*base, "size"),
-            f"a dynamic pool is sized by exactly one of fromRequests, remainder, perContainer (got {modes or 'none'})",
+            "a dynamic pool is sized by exactly one of fromRequests, remainder, perContainer "
+            f"(got {modes or 'none'})",
         )
     lo, hi = size.get("min"), size.get("max")
     if lo is not None and hi is not None and lo > hi:
@@ -478,7 +504,8 @@ def _check_pools(c: _Checker, pools: list[Pool | None]) -> None:
             over = True
             c.add(
                 ("pools", index[p.name], "cpus"),
-                f"static pools take {static_total} CPUs up to {p.name!r} but node {c.node.name!r} has {c.node.cpus}",
+                f"static pools take {static_total} CPUs up to {p.name!r} "
+                f"but node {c.node.name!r} has {c.node.cpus}",
                 "reduce the static pools or target larger nodes with a nodeSelector",
             )
     remainders = [p.name for p in pools if p is not None and p.remainder]
@@ -490,6 +517,7 @@ def _check_pools(c: _Checker, pools: list[Pool | None]) -> None:
 
 
 # ---------------------------------------------------------------- reclaim
+
 
 def _quantity(c: _Checker, path: JsonPath, value: Any) -> float | None:
     if value is None:
@@ -509,13 +537,23 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
             resources[res] = None
             continue
         base: JsonPath = ("reclaim", res)
-        q = {k: _quantity(c, (*base, k), r.get(k)) for k in ("min", "max", "reservedForReport", "minReport", "minIgnored")}
+        q = {
+            k: _quantity(c, (*base, k), r.get(k))
+            for k in ("min", "max", "reservedForReport", "minReport", "minIgnored")
+        }
         sm = r.get("smoothing") or {}
         steps = {k: _quantity(c, (*base, "smoothing", k), sm.get(k)) for k in ("minStep", "maxStep")}
         if q["min"] is not None and q["max"] is not None and q["min"] > q["max"]:
             c.add((*base, "min"), f"reclaim {res} min {short(r['min'])} is above max {short(r['max'])}")
-        if steps["minStep"] is not None and steps["maxStep"] is not None and steps["minStep"] > steps["maxStep"]:
-            c.add((*base, "smoothing", "minStep"), f"smoothing minStep {short(sm['minStep'])} is above maxStep {short(sm['maxStep'])}")
+        if (
+            steps["minStep"] is not None
+            and steps["maxStep"] is not None
+            and steps["minStep"] > steps["maxStep"]
+        ):
+            c.add(
+                (*base, "smoothing", "minStep"),
+                f"smoothing minStep {short(sm['minStep'])} is above maxStep {short(sm['maxStep'])}",
+            )
         window = None
         if "window" in sm:
             window = parse_duration(sm["window"])
@@ -545,10 +583,15 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
 
 # ---------------------------------------------------------------- rules
 
+
 def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) -> Rule | None:
     base: JsonPath = ("rules", i)
     before = len(c.problems)
-    when = parse_condition(raw.get("when"), (*base, "when"), c.loc, c.class_names, c.problems) if "when" in raw else None
+    when = (
+        parse_condition(raw.get("when"), (*base, "when"), c.loc, c.class_names, c.problems)
+        if "when" in raw
+        else None
+    )
     clear = (
         parse_condition(raw.get("clearWhen"), (*base, "clearWhen"), c.loc, c.class_names, c.problems)
         if "clearWhen" in raw
@@ -594,7 +637,9 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
     )
 
 
-def _check_action(c: _Checker, path: JsonPath, kind: str, params: dict[str, Any], when: Condition | None) -> None:
+def _check_action(
+    c: _Checker, path: JsonPath, kind: str, params: dict[str, Any], when: Condition | None
+) -> None:
     p = (*path, kind)
     if kind == "evict":
         victims = params.get("victims") or {}
@@ -611,16 +656,19 @@ def _check_action(c: _Checker, path: JsonPath, kind: str, params: dict[str, Any]
                 )
         lower = (params.get("release") or {}).get("lowerPercent")
         if lower is not None:
-            for cmp in comparisons(when):
-                if cmp.fact.endswith("usage_percent") and cmp.op in ("gte", "gt") and isinstance(cmp.value, int | float):
-                    if lower >= cmp.value:
-                        c.add(
-                            (*p, "release", "lowerPercent"),
-                            f"release.lowerPercent {lower} is not below the trigger threshold "
-                            f"{cmp.fact} {cmp.op} {cmp.value}",
-                            "eviction releases down to lowerPercent; at or above the threshold it would release "
-                            f"nothing (Koordinator uses threshold - 2, e.g. {cmp.value - 2})",
-                        )
+            triggers = [
+                cmp
+                for cmp in comparisons(when)
+                if cmp.fact.endswith("usage_percent") and cmp.op in ("gte", "gt") and cmp.value <= lower
+            ]
+            for cmp in triggers:
+                c.add(
+                    (*p, "release", "lowerPercent"),
+                    f"release.lowerPercent {lower} is not below the trigger threshold "
+                    f"{cmp.fact} {cmp.op} {cmp.value}",
+                    "eviction releases down to lowerPercent; at or above the threshold it would release "
+                    f"nothing (Koordinator uses threshold - 2, e.g. {cmp.value - 2})",
+                )
     elif kind == "suppress":
         c.ref((*p, "class"), params.get("class"), c.classes, "class")
     elif kind == "setCgroup":
@@ -638,7 +686,9 @@ def _check_action(c: _Checker, path: JsonPath, kind: str, params: dict[str, Any]
             c.add(p, "setResctrl needs a class or a group")
         l3 = params.get("l3Percent")
         if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
-            c.add((*p, "l3Percent"), f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end")
+            c.add(
+                (*p, "l3Percent"), f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end"
+            )
     elif kind == "publish":
         res = params.get("resource")
         section = (c.spec.get("reclaim") or {}).get(res)

@@ -85,7 +85,9 @@ def parse_condition(
     key, value = next(iter(raw.items()))
     sub = (*path, key)
     if key in ("all", "any"):
-        items = [parse_condition(v, (*sub, i), locate, class_names, problems) for i, v in enumerate(value or [])]
+        items = [
+            parse_condition(v, (*sub, i), locate, class_names, problems) for i, v in enumerate(value or [])
+        ]
         kept = tuple(i for i in items if i is not None)
         return (AllOf if key == "all" else AnyOf)(kept)
     if key == "not":
@@ -111,7 +113,8 @@ def _parse_fact(
             Problem(
                 locate(path),
                 f"unknown fact {name!r}",
-                hint + "fact names are defined in schemas/facts.schema.json; list them with `qosd schema facts --names`",
+                hint + "fact names are defined in schemas/facts.schema.json; "
+                "list them with `qosd schema facts --names`",
             )
         )
         return None
@@ -131,7 +134,9 @@ def _parse_fact(
     if "window" in ops:
         if not spec.series:
             problems.append(
-                Problem(locate((*path, "window")), f"fact {name!r} has no windowed aggregates", "drop window/agg")
+                Problem(
+                    locate((*path, "window")), f"fact {name!r} has no windowed aggregates", "drop window/agg"
+                )
             )
         else:
             try:
@@ -141,7 +146,11 @@ def _parse_fact(
     agg = str(ops.get("agg", "avg" if window else "last"))
     if agg != "last" and window is None and "agg" in ops:
         problems.append(
-            Problem(locate((*path, "agg")), f"agg {agg!r} needs a window", f"add e.g. window: 5m next to agg: {agg}")
+            Problem(
+                locate((*path, "agg")),
+                f"agg {agg!r} needs a window",
+                f"add e.g. window: 5m next to agg: {agg}",
+            )
         )
     hysteresis = ops.get("hysteresis")
     order_ops = [o for o in ORDER_OPS if o in ops]
@@ -150,7 +159,8 @@ def _parse_fact(
             Problem(
                 locate((*path, "hysteresis")),
                 "hysteresis needs exactly one of lt, lte, gt, gte in the same comparison",
-                "hysteresis widens one threshold: it stays met until the value is back past threshold -/+ margin",
+                "hysteresis widens one threshold: it stays met until the value is back past "
+                "threshold -/+ margin",
             )
         )
     tests: list[Condition] = []
@@ -161,15 +171,23 @@ def _parse_fact(
         if _check_operand(name, spec, op, value, (*path, op), locate, problems):
             tests.append(
                 Compare(
-                    name, spec, op, value, window, agg,
+                    name,
+                    spec,
+                    op,
+                    value,
+                    window,
+                    agg,
                     float(hysteresis) if op in ORDER_OPS and hysteresis is not None else None,
-                    ref.class_name, (*path, op),
+                    ref.class_name,
+                    (*path, op),
                 )
             )
     if not tests:
         if not any(op in ops for op in OPS):
             problems.append(
-                Problem(locate(path), f"condition on {name!r} has no operator", f"use one of {', '.join(OPS)}")
+                Problem(
+                    locate(path), f"condition on {name!r} has no operator", f"use one of {', '.join(OPS)}"
+                )
             )
         return None
     return tests[0] if len(tests) == 1 else AllOf(tuple(tests))
@@ -219,7 +237,11 @@ def _check_operand(
             return False
         if spec.enum and str(v) not in spec.enum:
             problems.append(
-                Problem(locate(path), f"{short(v)} is never a value of {name!r}", f"values: {', '.join(spec.enum)}")
+                Problem(
+                    locate(path),
+                    f"{short(v)} is never a value of {name!r}",
+                    f"values: {', '.join(spec.enum)}",
+                )
             )
             return False
     return True

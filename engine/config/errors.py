@@ -28,7 +28,12 @@ class Location:
         return self.source if self.path == "$" else f"{self.source} {self.path}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "line": self.line or None, "column": self.column or None, "path": self.path}
+        return {
+            "source": self.source,
+            "line": self.line or None,
+            "column": self.column or None,
+            "path": self.path,
+        }
 
 
 @dataclass(frozen=True)

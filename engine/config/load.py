@@ -284,7 +284,9 @@ _SCALAR_TAGS = frozenset(
 )
 
 
-def parse_documents(text: str, source: str, layer: Layer = Layer.FILE, path: Path | None = None) -> list[Document]:
+def parse_documents(
+    text: str, source: str, layer: Layer = Layer.FILE, path: Path | None = None
+) -> list[Document]:
     """Parse every document of a YAML stream; raise PolicyError with all problems found.
 
     Empty documents (a stray ``---``) are skipped, as kubectl does.
@@ -340,12 +342,19 @@ def read_file(path: Path, layer: Layer = Layer.FILE, display: str | None = None)
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise PolicyError([Problem(Location(source, 0, 0), f"cannot read file: {exc.strerror or exc}")]) from None
+        raise PolicyError(
+            [Problem(Location(source, 0, 0), f"cannot read file: {exc.strerror or exc}")]
+        ) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(
-            [Problem(Location(source, 1, 1), f"file is not UTF-8 (byte {exc.start}: {short(raw[exc.start:exc.start + 4])})")]
+            [
+                Problem(
+                    Location(source, 1, 1),
+                    f"file is not UTF-8 (byte {exc.start}: {short(raw[exc.start : exc.start + 4])})",
+                )
+            ]
         ) from None
     return parse_documents(text, source, layer, path)
 

@@ -113,7 +113,7 @@ def atomic(path: JsonPath, current: Any, value: Any) -> bool:
 
 def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, rel: JsonPath = ()) -> None:
     """Field-level overlay of ``over`` onto ``entry.data`` at ``rel``; lists, scalars and unions replace."""
-    target = entry.data
+    target: Any = entry.data
     for k in rel:
         target = target[k]
     for key, value in over.items():
@@ -191,7 +191,10 @@ def _place_class(section: str, table: dict[str, _Entry], name: str, item: dict[s
 
 
 def _assemble(
-    scalars: _Entry, singles: dict[str, _Entry], named: dict[str, dict[str, _Entry]], docs: tuple[Rendered, ...]
+    scalars: _Entry,
+    singles: dict[str, _Entry],
+    named: dict[str, dict[str, _Entry]],
+    docs: tuple[Rendered, ...],
 ) -> Merged:
     spec: dict[str, Any] = {}
     origins: Origins = {}
@@ -218,12 +221,15 @@ def _assemble(
 
 # ---------------------------------------------------------------- equal-priority conflicts
 
+
 def _flatten(r: Rendered) -> dict[tuple[str, ...], tuple[Any, JsonPath]]:
     """Leaves of a document's spec keyed by logical path (named entries keyed by name)."""
     out: dict[tuple[str, ...], tuple[Any, JsonPath]] = {}
 
     def walk(value: Any, logical: tuple[str, ...], path: JsonPath) -> None:
-        if isinstance(value, dict) and not atomic(logical[2:] if logical[0] in NAMED_SECTIONS else logical[1:], None, value):
+        if isinstance(value, dict) and not atomic(
+            logical[2:] if logical[0] in NAMED_SECTIONS else logical[1:], None, value
+        ):
             for k, v in value.items():
                 walk(v, (*logical, k), (*path, k))
         else:
@@ -258,14 +264,19 @@ def conflicts(rendered: list[Rendered], check_selectors: bool) -> list[Problem]:
                 a, b = group[i], group[j]
                 if a.doc is b.doc:
                     continue
-                if check_selectors and not may_overlap(a.spec.get("nodeSelector"), b.spec.get("nodeSelector")):
+                if check_selectors and not may_overlap(
+                    a.spec.get("nodeSelector"), b.spec.get("nodeSelector")
+                ):
                     continue
                 problems.extend(_pair_conflicts(a, flat[i], b, flat[j]))
     return problems
 
 
 def _pair_conflicts(
-    a: Rendered, fa: dict[tuple[str, ...], tuple[Any, JsonPath]], b: Rendered, fb: dict[tuple[str, ...], tuple[Any, JsonPath]]
+    a: Rendered,
+    fa: dict[tuple[str, ...], tuple[Any, JsonPath]],
+    b: Rendered,
+    fb: dict[tuple[str, ...], tuple[Any, JsonPath]],
 ) -> list[Problem]:
     out: list[Problem] = []
     for key, (va, pa) in fa.items():
@@ -291,7 +302,11 @@ def _pair_conflicts(
                 continue
             prefix = key[:-1]
             defined = next(
-                (p for k, (_, p) in fy.items() if k[: len(prefix)] == prefix and k[-1] not in ("name", "enabled")),
+                (
+                    p
+                    for k, (_, p) in fy.items()
+                    if k[: len(prefix)] == prefix and k[-1] not in ("name", "enabled")
+                ),
                 None,
             )
             if defined is not None:

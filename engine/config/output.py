@@ -42,7 +42,7 @@ def yaml_with_origins(policy: Policy) -> str:
             for key, sub in value.items():
                 sub_path = (*path, key)
                 label = _scalar(key)
-                if isinstance(sub, Mapping) and sub or isinstance(sub, list) and sub and _complex(sub):
+                if (isinstance(sub, Mapping) and sub) or (isinstance(sub, list) and sub and _complex(sub)):
                     lines.append(f"{pad}{label}:{origin(sub_path)}")
                     emit(sub, sub_path, indent + 1)
                 else:
@@ -56,7 +56,13 @@ def yaml_with_origins(policy: Policy) -> str:
                         prefix = f"{pad}- " if first else f"{pad}  "
                         first = False
                         kp = (*sub_path, key)
-                        if isinstance(sub, Mapping) and sub or isinstance(sub, list) and sub and _complex(sub):
+                        if (
+                            (isinstance(sub, Mapping)
+                            and sub)
+                            or (isinstance(sub, list)
+                            and sub
+                            and _complex(sub))
+                        ):
                             lines.append(f"{prefix}{_scalar(key)}:{origin(kp)}")
                             emit(sub, kp, indent + 2)
                         else:

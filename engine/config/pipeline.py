@@ -93,11 +93,17 @@ def prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Proble
     """Render and schema-check one document for one node."""
     problems: list[Problem] = []
     if not isinstance(doc.data, dict):
-        return None, [Problem(doc.locate(()), "a rule document must be a mapping (apiVersion, kind, metadata, spec)")]
+        return None, [
+            Problem(doc.locate(()), "a rule document must be a mapping (apiVersion, kind, metadata, spec)")
+        ]
     sel = _selector(doc)
     if _has_template(sel):
         problems.append(
-            Problem(doc.locate(("spec", "nodeSelector")), "nodeSelector cannot use templates", "selectors decide which node renders the document")
+            Problem(
+                doc.locate(("spec", "nodeSelector")),
+                "nodeSelector cannot use templates",
+                "selectors decide which node renders the document",
+            )
         )
     data, render_problems = render_document(doc, node.template_context())
     problems.extend(render_problems)
@@ -137,15 +143,26 @@ def build_policy(docs: list[Document], node: NodeInfo) -> Policy:
         raise PolicyError(problems)
     if not rendered:
         raise PolicyError(
-            [Problem(Location(node.name, 0, 0, "$"), f"no policy document applies to node {node.name!r}",
-                     "check the documents' nodeSelectors against the node's labels, or keep the built-in defaults")]
+            [
+                Problem(
+                    Location(node.name, 0, 0, "$"),
+                    f"no policy document applies to node {node.name!r}",
+                    "check the documents' nodeSelectors against the node's labels, "
+                    "or keep the built-in defaults",
+                )
+            ]
         )
     return compile_merged(merge(rendered), node)
 
 
 def compile_merged(merged: Merged, node: NodeInfo) -> Policy:
     """Schema-check the merged spec in full (required fields may come from any document), then compile."""
-    document = {"apiVersion": API_VERSION, "kind": "QoSPolicy", "metadata": {"name": "merged"}, "spec": merged.spec}
+    document = {
+        "apiVersion": API_VERSION,
+        "kind": "QoSPolicy",
+        "metadata": {"name": "merged"},
+        "spec": merged.spec,
+    }
 
     def locate(path: JsonPath, prefer_key: bool = False) -> Location:
         loc = merged.locate(path[1:])
@@ -164,9 +181,13 @@ def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[s
         sel = _selector(doc)
         if not isinstance(sel, dict):
             continue
-        for k, v in (sel.get("matchLabels") or {}).items() if isinstance(sel.get("matchLabels"), dict) else ():
+        for k, v in (
+            (sel.get("matchLabels") or {}).items() if isinstance(sel.get("matchLabels"), dict) else ()
+        ):
             values.setdefault(k, {None}).add(str(v))
-        for expr in sel.get("matchExpressions") or [] if isinstance(sel.get("matchExpressions"), list) else []:
+        for expr in (
+            sel.get("matchExpressions") or [] if isinstance(sel.get("matchExpressions"), list) else []
+        ):
             if isinstance(expr, dict) and isinstance(expr.get("key"), str):
                 vals = values.setdefault(expr["key"], {None})
                 vals.update(str(v) for v in expr.get("values") or [])
@@ -179,7 +200,9 @@ def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[s
     if total > MAX_VARIANTS:
         return []
     variants: list[dict[str, str]] = []
-    for combo in itertools.product(*(sorted(values[k], key=lambda v: (v is not None, v or "")) for k in keys)):
+    for combo in itertools.product(
+        *(sorted(values[k], key=lambda v: (v is not None, v or "")) for k in keys)
+    ):
         labels = dict(base)
         for k, v in zip(keys, combo, strict=True):
             if v is None:
@@ -208,10 +231,7 @@ def validate(docs: list[Document], node: NodeInfo | None = None) -> list[Problem
     problems.extend(conflicts(rendered_all, check_selectors=node is None))
     if problems:
         return _unique(problems)
-    if node is not None:
-        variants = [dict(node.labels)]
-    else:
-        variants = label_variants(docs, base_node.labels)
+    variants = [dict(node.labels)] if node is not None else label_variants(docs, base_node.labels)
     seen: set[tuple[int, ...]] = set()
     if not variants:
         problems.extend(_compile_problems(rendered_all, base_node))

@@ -102,7 +102,7 @@ class QoSClass:
 
 @dataclass(frozen=True)
 class ValueSource:
-    """Where an enhancement's raw string value is read: a label, an annotation, or a key of a JSON annotation."""
+    """Where an enhancement's raw value is read: a label, an annotation, or a key of a JSON annotation."""
 
     kind: str  # label | annotation | jsonAnnotation
     key: str
@@ -225,13 +225,17 @@ class Policy:
     origins: Mapping[str, Location]
     generation: int = 0
     class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)
-    enhancement_index: Mapping[str, Enhancement] = field(default_factory=lambda: EMPTY, compare=False, init=False)
+    enhancement_index: Mapping[str, Enhancement] = field(
+        default_factory=lambda: EMPTY, compare=False, init=False
+    )
     pool_index: Mapping[str, Pool] = field(default_factory=lambda: EMPTY, compare=False, init=False)
     rule_index: Mapping[str, Rule] = field(default_factory=lambda: EMPTY, compare=False, init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "class_index", MappingProxyType({c.name: c for c in self.classes}))
-        object.__setattr__(self, "enhancement_index", MappingProxyType({e.name: e for e in self.enhancements}))
+        object.__setattr__(
+            self, "enhancement_index", MappingProxyType({e.name: e for e in self.enhancements})
+        )
         object.__setattr__(self, "pool_index", MappingProxyType({p.name: p for p in self.pools}))
         object.__setattr__(self, "rule_index", MappingProxyType({r.name: r for r in self.rules}))
 

@@ -18,7 +18,8 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, Undefined, UndefinedError
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.config.errors import Problem, short
 from engine.config.load import Document, JsonPath
@@ -37,21 +38,23 @@ class _QosdSandbox(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
         if operator_name == "**":
-            if isinstance(right, int) and isinstance(left, int) and abs(left) > 1:
-                if right * max(abs(left).bit_length(), 1) > MAX_POWER_BITS:
-                    raise SecurityError(f"{short(left)} ** {short(right)} is too large to compute in a template")
+            too_big = isinstance(right, int) and isinstance(left, int) and abs(left) > 1
+            if too_big and right * max(abs(left).bit_length(), 1) > MAX_POWER_BITS:
+                raise SecurityError(f"{short(left)} ** {short(right)} is too large to compute in a template")
             return operator.pow(left, right)
         if operator_name == "*":
             for seq, count in ((left, right), (right, left)):
-                if isinstance(seq, str | list | tuple) and isinstance(count, int):
-                    if len(seq) * count > MAX_STRING:
-                        raise SecurityError(
-                            f"repeating a {type(seq).__name__} {count} times exceeds {MAX_STRING} items"
-                        )
+                repeated = isinstance(seq, str | list | tuple) and isinstance(count, int)
+                if repeated and len(seq) * count > MAX_STRING:
+                    raise SecurityError(
+                        f"repeating a {type(seq).__name__} {count} times exceeds {MAX_STRING} items"
+                    )
             return operator.mul(left, right)
         if operator_name == "%":
             if isinstance(left, str):
-                raise SecurityError("printf-style '%' formatting is not allowed in templates; use ~ or filters")
+                raise SecurityError(
+                    "printf-style '%' formatting is not allowed in templates; use ~ or filters"
+                )
             return operator.mod(left, right)
         result = operator.add(left, right)
         if isinstance(result, str | list | tuple) and len(result) > MAX_STRING:
@@ -62,7 +65,9 @@ class _QosdSandbox(ImmutableSandboxedEnvironment):
 def _bounded_range(*args: int) -> range:
     r = range(*args)
     if len(r) > MAX_RANGE:
-        raise SecurityError(f"range of {len(r)} items is larger than the {MAX_RANGE} qosd allows in templates")
+        raise SecurityError(
+            f"range of {len(r)} items is larger than the {MAX_RANGE} qosd allows in templates"
+        )
     return r
 
 
@@ -114,7 +119,9 @@ def _compile(text: str) -> tuple[bool, Any]:
             return True, ENV.compile_expression(m.group("expr"), undefined_to_none=False)
         return False, ENV.from_string(text)
     except TemplateSyntaxError as exc:
-        raise RenderError(f"template syntax error: {exc.message}", "values use Jinja2 syntax: {{ expression }}") from None
+        raise RenderError(
+            f"template syntax error: {exc.message}", "values use Jinja2 syntax: {{ expression }}"
+        ) from None
 
 
 def is_template(value: Any) -> bool:

@@ -87,7 +87,9 @@ def _to_problem(err: ValidationError, locate: Locator) -> Problem:
         allowed = sorted((schema.get("properties") or {}).keys())
         extra = [k for k in instance if k not in allowed]
         key = extra[0] if extra else "?"
-        hint = _did_you_mean(key, allowed) or (f"allowed fields here: {', '.join(allowed)}" if allowed else "")
+        hint = _did_you_mean(key, allowed) or (
+            f"allowed fields here: {', '.join(allowed)}" if allowed else ""
+        )
         return Problem(locate((*path, key), True), f"unknown field {key!r}", hint)
     if validator_kw == "required":
         missing = re.findall(r"'([^']+)' is a required property", err.message)
@@ -98,10 +100,13 @@ def _to_problem(err: ValidationError, locate: Locator) -> Problem:
         wanted = " or ".join(want) if isinstance(want, list) else str(want)
         hint = ""
         if isinstance(instance, str) and _NUMBERISH.match(instance) and wanted in ("number", "integer"):
-            hint = f"write {instance.strip().rstrip('%')} without quotes: thresholds must be numbers, never strings"
+            number = instance.strip().rstrip("%")
+            hint = f"write {number} without quotes: numbers, thresholds above all, are never strings"
         elif wanted in ("number", "integer") and isinstance(instance, bool):
             hint = "true/false is not a number"
-        return Problem(locate(path, False), f"{short(instance)} is a {_kind(instance)}, expected {wanted}", hint)
+        return Problem(
+            locate(path, False), f"{short(instance)} is a {_kind(instance)}, expected {wanted}", hint
+        )
     if validator_kw in ("enum", "const"):
         options = schema.get("enum") or [schema.get("const")]
         hint = _did_you_mean(str(instance), [str(o) for o in options])
@@ -134,9 +139,13 @@ def _to_problem(err: ValidationError, locate: Locator) -> Problem:
 
 
 def _kind(value: Any) -> str:
-    return {str: "string", bool: "boolean", int: "integer", float: "number", list: "list", dict: "mapping"}.get(
-        type(value), type(value).__name__
-    ) if value is not None else "null"
+    return (
+        {str: "string", bool: "boolean", int: "integer", float: "number", list: "list", dict: "mapping"}.get(
+            type(value), type(value).__name__
+        )
+        if value is not None
+        else "null"
+    )
 
 
 def _did_you_mean(word: str, options: Iterable[str]) -> str:

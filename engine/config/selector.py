@@ -15,7 +15,9 @@ Selector = Mapping[str, Any]
 def _requirements(sel: Selector | None) -> list[tuple[str, str, tuple[str, ...]]]:
     if not sel:
         return []
-    reqs = [(k, "In", (str(v),)) for k, v in (sel.get("matchLabels") or {}).items()]
+    reqs: list[tuple[str, str, tuple[str, ...]]] = [
+        (str(k), "In", (str(v),)) for k, v in (sel.get("matchLabels") or {}).items()
+    ]
     for expr in sel.get("matchExpressions") or []:
         reqs.append((expr["key"], expr["operator"], tuple(str(v) for v in expr.get("values") or ())))
     return reqs

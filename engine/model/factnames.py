@@ -90,13 +90,16 @@ def _deref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, A
     return schema
 
 
-def _walk(schema: Mapping[str, Any], root: Mapping[str, Any], scope: Scope, path: tuple[str, ...]) -> list[FactSpec]:
+def _walk(
+    schema: Mapping[str, Any], root: Mapping[str, Any], scope: Scope, path: tuple[str, ...]
+) -> list[FactSpec]:
     node = _deref(schema, root)
     prefix = "class.*" if scope == "class" else scope
     name = ".".join((prefix, *path))
-    meta = {"unit": str(node.get("x-qosd-unit", "")), "description": str(node.get("description", ""))}
+    unit = str(node.get("x-qosd-unit", ""))
+    description = str(node.get("description", ""))
     if node.get("x-qosd-series"):
-        return [FactSpec(name, scope, path, "number", True, **meta)]
+        return [FactSpec(name, scope, path, "number", True, unit=unit, description=description)]
     kind = node.get("type")
     if kind == "object" and "properties" in node:
         out: list[FactSpec] = []
@@ -105,7 +108,7 @@ def _walk(schema: Mapping[str, Any], root: Mapping[str, Any], scope: Scope, path
         return out
     if kind in ("number", "integer", "string", "boolean"):
         enum = tuple(str(v) for v in node.get("enum", ()))
-        return [FactSpec(name, scope, path, kind, False, enum=enum, **meta)]
+        return [FactSpec(name, scope, path, kind, False, enum=enum, unit=unit, description=description)]
     return []
 
 

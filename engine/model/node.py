@@ -40,8 +40,14 @@ class NodeInfo:
 
     def with_labels(self, extra: Mapping[str, str]) -> NodeInfo:
         return NodeInfo(
-            self.name, {**self.labels, **extra}, self.capacity, self.cpus, self.numa_count, self.sockets,
-            self.memory, self.cpu_ids,
+            self.name,
+            {**self.labels, **extra},
+            self.capacity,
+            self.cpus,
+            self.numa_count,
+            self.sockets,
+            self.memory,
+            self.cpu_ids,
         )
 
 

@@ -21,7 +21,9 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def read_local_node(sysfs: Path = Path("/sys"), procfs: Path = Path("/proc"), name: str | None = None) -> NodeInfo:
+def read_local_node(
+    sysfs: Path = Path("/sys"), procfs: Path = Path("/proc"), name: str | None = None
+) -> NodeInfo:
     cpu_root = sysfs / "devices/system/cpu"
     online = _read(cpu_root / "online")
     cpu_ids = parse_cpuset(online) if online else frozenset(range(os.cpu_count() or 1))
