@@ -211,7 +211,7 @@ class _Converter:
         elif kind == "string":
             out = self._string(node)
         elif kind in ("integer", "number", "boolean"):
-            out = self._scalar(node, kind, templated)
+            out = self._scalar(node, path, kind, templated)
         else:
             raise CrdSchemaError(f"{path}: type {kind!r} cannot be expressed in a CRD (no null type)")
         return {**out, **kube}
@@ -358,14 +358,14 @@ class _Converter:
         return out
 
     @staticmethod
-    def _numeric(node: Schema) -> Schema:
+    def _numeric(node: Schema, path: str) -> Schema:
         """Bounds in OpenAPI v3.0 form: 2020-12's numeric exclusiveMinimum becomes a boolean flag."""
         out: Schema = {}
         for plain, exclusive, stricter in (("minimum", "exclusiveMinimum", max),
                                            ("maximum", "exclusiveMaximum", min)):
             bound, xbound = node.get(plain), node.get(exclusive)
             if isinstance(xbound, bool):
-                raise CrdSchemaError(f"boolean {exclusive} is draft-4 syntax; the schema is 2020-12")
+                raise CrdSchemaError(f"{path}: boolean {exclusive} is draft-4 syntax; the schema is 2020-12")
             if xbound is not None and (bound is None or stricter(bound, xbound) == xbound):
                 out[plain], out[exclusive] = xbound, True
             elif bound is not None:
@@ -374,8 +374,8 @@ class _Converter:
             out["multipleOf"] = node["multipleOf"]
         return out
 
-    def _scalar(self, node: Schema, kind: str, templated: bool) -> Schema:
-        numeric = self._numeric(node) if kind != "boolean" else {}
+    def _scalar(self, node: Schema, path: str, kind: str, templated: bool) -> Schema:
+        numeric = self._numeric(node, path) if kind != "boolean" else {}
         if templated:
             # A template string must get through the API server; bounds still apply to literal numbers
             # (go-openapi checks minimum/maximum only on numeric values). enum/const cannot hold.
