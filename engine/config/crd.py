@@ -404,6 +404,7 @@ def openapi_schema(policy_schema: Schema) -> Schema:
             properties[name] = {"type": "object"}  # only name/generateName may be restricted
         elif name == "spec":
             spec = converter.convert(sub, "spec", templated=True)
+            _allow_partial_entries(spec)
             own = spec.get("description")
             spec["description"] = f"{own} {SPEC_DESCRIPTION}" if own else SPEC_DESCRIPTION
             properties[name] = spec
@@ -415,6 +416,37 @@ def openapi_schema(policy_schema: Schema) -> Schema:
         out["required"] = required
     tidy: Schema = _tidy(out)
     return tidy
+
+
+NAMED_SECTIONS = ("classes", "enhancements", "pools", "rules")
+
+
+def _allow_partial_entries(spec: Schema) -> None:
+    """An overlay CR writes only what it changes (e.g. one rule's ``for``), so below each named entry
+    only ``name`` stays required; qosd checks required fields on the merged spec, where a missing one
+    is reported at the entry that introduced it."""
+
+    def strip(node: Any, top: bool) -> None:
+        if isinstance(node, dict):
+            if "required" in node:
+                kept = [r for r in node["required"] if top and r == "name"]
+                if kept:
+                    node["required"] = kept
+                else:
+                    del node["required"]
+            for key, value in node.items():
+                if key in ("properties", "additionalProperties", "items"):
+                    children = value.values() if key == "properties" else [value]
+                    for child in children:
+                        strip(child, False)
+        elif isinstance(node, list):
+            for child in node:
+                strip(child, False)
+
+    for section in NAMED_SECTIONS:
+        items = spec.get("properties", {}).get(section, {}).get("items")
+        if isinstance(items, dict):
+            strip(items, True)
 
 
 def _tidy(node: Any) -> Any:
