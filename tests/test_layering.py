@@ -161,18 +161,28 @@ def test_disabling_an_entry_removes_it_and_conflicting_disable_is_reported() -> 
     assert "disables rules.notify-high" in info.value.problems[0].message
 
 
-def test_a_disabled_entry_can_be_defined_again_by_a_higher_document() -> None:
+def test_a_disabled_entry_is_switched_back_on_with_its_fields() -> None:
+    """Features the anchors ship off are disabled entries; a two-line overlay turns one on as it was."""
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
         ("off", "priority: 1\nrules:\n  - name: notify-high\n    enabled: false\n", Layer.FILE),
-        (
-            "on",
-            "priority: 2\nrules:\n  - name: notify-high\n    then: {notify: {reason: Again}}\n",
-            Layer.FILE,
-        ),
+        ("on", "priority: 2\nrules:\n  - name: notify-high\n    enabled: true\n    cooldown: 1m\n", Layer.FILE),
     )
-    rule = build_policy(docs, node()).rule_index["notify-high"]
-    assert rule.when is None and rule.actions[0].params["reason"] == "Again"
+    policy = build_policy(docs, node())
+    rule = policy.rule_index["notify-high"]
+    assert rule.when is not None and rule.actions[0].params["reason"] == "CPUHigh" and rule.cooldown == 60.0
+    assert policy.origin("$.spec.rules[1].cooldown").source == "on.yaml"
+    assert "enabled" not in policy.spec["rules"][1]
+
+
+def test_a_disabled_entry_is_absent_and_references_to_it_are_errors() -> None:
+    docs = docs_of(
+        ("base", BASE, Layer.BUILTIN),
+        ("off", "priority: 1\nclasses:\n  - name: be\n    enabled: false\n", Layer.FILE),
+    )
+    with pytest.raises(PolicyError) as info:
+        build_policy(docs, node())
+    assert any("class 'be' is not defined" in p.message for p in info.value.problems)
 
 
 def test_node_selector_decides_applicability() -> None:

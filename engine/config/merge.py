@@ -2,7 +2,8 @@
 
 Order: built-in defaults < files < custom resources; within a layer, lower spec.priority first, then
 name. Named entries (classes, enhancements, pools, rules) merge by name with field-level overlay:
-mappings merge key by key, lists and scalars replace. ``enabled: false`` removes an inherited entry.
+mappings merge key by key, lists and scalars replace. ``enabled: false`` takes an inherited entry out
+of the effective policy but keeps its fields, so a later ``enabled: true`` switches it back on as it was.
 Two documents of one layer with equal priority that can apply to the same node must not set the same
 field to different values: no order between them would be honest, so that is an error.
 """
@@ -162,15 +163,11 @@ def merge(rendered: list[Rendered]) -> Merged:
                     continue
                 name = item["name"]
                 ipath = (*base, section, i)
-                if item.get("enabled") is False:
-                    table.pop(name, None)
-                    continue
-                body = {k: v for k, v in item.items() if k != "enabled"}
                 if name in table:
-                    _overlay(table[name], body, r, ipath)
+                    _overlay(table[name], item, r, ipath)
                     table[name].docs.append(r.doc.name)
                 else:
-                    table[name] = _new_entry(body, r, ipath)
+                    table[name] = _new_entry(item, r, ipath)
                     _place_class(section, table, name, item)
     return _assemble(scalars, singles, named, tuple(ordered))
 
@@ -209,13 +206,15 @@ def _assemble(
             origins[(section, *rel)] = loc
     for section in NAMED_SECTIONS:
         table = named[section]
-        if not table:
+        live = [e for e in table.values() if e.data.get("enabled", True) is not False]
+        if not live:
             continue
         spec[section] = []
-        for i, entry in enumerate(table.values()):
-            spec[section].append(entry.data)
+        for i, entry in enumerate(live):
+            spec[section].append({k: v for k, v in entry.data.items() if k != "enabled"})
             for rel, loc in entry.origins.items():
-                origins[(section, i, *rel)] = loc
+                if rel[:1] != ("enabled",):
+                    origins[(section, i, *rel)] = loc
     return Merged(spec, origins, docs)
 
 
