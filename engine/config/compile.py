@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from types import MappingProxyType
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -143,7 +144,6 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
         raise PolicyError(c.problems)
     frozen_spec = freeze(spec)
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    origins = {json_path(("spec", *p)): loc for p, loc in merged.origins.items()}
     return Policy(
         hash=digest,
         node=node.name,
@@ -159,7 +159,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
             for r in merged.documents
         ),
         spec=frozen_spec,
-        origins=origins,
+        origin_tree=MappingProxyType(dict(merged.origins)),
     )
 
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -114,17 +115,27 @@ class Document:
         line, col = self.marks.find(path, prefer_key)
         return Location(self.source, line, col, jp)
 
+    def position(self, path: JsonPath, prefer_key: bool = False) -> Location:
+        """Like ``locate`` but without the JSON path for file documents (provenance records many)."""
+        if self.is_cr:
+            return self.locate(path, prefer_key)
+        line, col = self.marks.find(path, prefer_key)
+        return Location(self.source, line, col, "")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@lru_cache(maxsize=8192)
+def _segment(p: str | int) -> str:
+    if isinstance(p, int):
+        return f"[{p}]"
+    return f".{p}" if _IDENTIFIER.fullmatch(p) else "[" + repr(p) + "]"
+
 
 def json_path(path: JsonPath) -> str:
-    out = "$"
-    for p in path:
-        if isinstance(p, int):
-            out += f"[{p}]"
-        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", p):
-            out += f".{p}"
-        else:
-            out += "[" + repr(p) + "]"
-    return out
+    """$.spec.rules[0].when['node.memory.usage_percent'] style, as jsonschema prints paths."""
+    return "$" + "".join(_segment(p) for p in path)
 
 
 class _Builder:

@@ -33,6 +33,7 @@ class Rendered:
 
     doc: Document
     data: dict[str, Any]
+    incomplete: bool = False  # some entry lacks a required field that another document must supply
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -85,7 +86,7 @@ def _origins_of(r: Rendered, base: JsonPath, value: Any) -> Iterator[tuple[JsonP
     while stack:
         rel, v = stack.pop()
         # Containers are located at their key ("when:"), scalars at the value itself.
-        yield rel, r.doc.locate((*base, *rel), prefer_key=isinstance(v, dict | list))
+        yield rel, r.doc.position((*base, *rel), prefer_key=isinstance(v, dict | list))
         if isinstance(v, dict):
             stack.extend(((*rel, k), sub) for k, sub in v.items())
         elif isinstance(v, list):
@@ -121,7 +122,7 @@ def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, r
         path = (*rel, key)
         current = target.get(key)
         if isinstance(value, dict) and isinstance(current, dict) and not atomic(path, current, value):
-            entry.origins[path] = r.doc.locate((*base, *path), prefer_key=True)
+            entry.origins[path] = r.doc.position((*base, *path), prefer_key=True)
             _overlay(entry, value, r, base, path)
             continue
         for old in [p for p in entry.origins if p[: len(path)] == path]:

@@ -109,10 +109,11 @@ def prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Proble
     problems.extend(render_problems)
     if render_problems:
         return None, problems
-    problems.extend(schema_problems(data, doc.locate, partial=True))
+    gaps: list[str] = []
+    problems.extend(schema_problems(data, doc.locate, partial=gaps))
     if problems:
         return None, problems
-    rendered = Rendered(doc, data)
+    rendered = Rendered(doc, data, incomplete=bool(gaps))
     problems.extend(document_problems(rendered))
     return (rendered if not problems else None), problems
 
@@ -156,7 +157,18 @@ def build_policy(docs: list[Document], node: NodeInfo) -> Policy:
 
 
 def compile_merged(merged: Merged, node: NodeInfo) -> Policy:
-    """Schema-check the merged spec in full (required fields may come from any document), then compile."""
+    """Compile a merged spec, first schema-checking it in full if some document left gaps.
+
+    Each document was already schema-valid on its own, and unions replace rather than merge, so the
+    only way a merged spec can break the schema is a required field that no document supplied; that
+    needs a full check only when some document had such a gap.
+    """
+    if any(r.incomplete for r in merged.documents):
+        _check_merged_schema(merged)
+    return check_and_compile(merged, node)
+
+
+def _check_merged_schema(merged: Merged) -> None:
     document = {
         "apiVersion": API_VERSION,
         "kind": "QoSPolicy",
@@ -171,7 +183,6 @@ def compile_merged(merged: Merged, node: NodeInfo) -> Policy:
     problems = schema_problems(document, locate)
     if problems:
         raise PolicyError(problems)
-    return check_and_compile(merged, node)
 
 
 def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[str, str]]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
 from engine.config.conditions import Condition
 from engine.config.errors import Location
-from engine.config.load import JsonPath
+from engine.config.load import JsonPath, json_path
 
 
 def freeze(value: Any) -> Any:
@@ -222,7 +223,7 @@ class Policy:
     rules: tuple[Rule, ...]
     documents: tuple[DocumentRef, ...]
     spec: Mapping[str, Any]
-    origins: Mapping[str, Location]
+    origin_tree: Mapping[JsonPath, Location]
     generation: int = 0
     class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)
     enhancement_index: Mapping[str, Enhancement] = field(
@@ -242,6 +243,11 @@ class Policy:
     @property
     def short_hash(self) -> str:
         return self.hash[:12]
+
+    @cached_property
+    def origins(self) -> Mapping[str, Location]:
+        """Where each effective value was defined, by JSON path ($.spec.rules[0].for); built on first use."""
+        return MappingProxyType({json_path(("spec", *p)): loc for p, loc in self.origin_tree.items()})
 
     def origin(self, json_path: str) -> Location | None:
         """Which document and line defined the effective value at ``json_path`` (e.g. $.spec.rules[0].for)."""

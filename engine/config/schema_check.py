@@ -63,13 +63,20 @@ def _overlay_required(err: ValidationError) -> bool:
     )
 
 
-def schema_problems(data: Any, locate: Locator, kind: str = "policy", partial: bool = False) -> list[Problem]:
-    """Schema problems of ``data``. ``partial`` accepts entries that lack required fields other than
-    ``name`` (an overlay document sets only what it changes); the merged spec is checked in full."""
+def schema_problems(
+    data: Any, locate: Locator, kind: str = "policy", partial: list[str] | None = None
+) -> list[Problem]:
+    """Schema problems of ``data``.
+
+    With ``partial`` (a list), entries may lack required fields other than ``name``, since an overlay
+    document sets only what it changes; the JSON paths of such gaps are appended to ``partial`` so the
+    caller knows the merged spec must be checked in full.
+    """
     out: list[Problem] = []
     for err in validator(kind).iter_errors(data):
         leaf = _leaf_errors(err)
-        if partial and _overlay_required(leaf):
+        if partial is not None and _overlay_required(leaf):
+            partial.append(leaf.json_path)
             continue
         out.append(_to_problem(leaf, locate))
     return out
