@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from types import MappingProxyType
 from collections.abc import Callable, Iterable
+from types import MappingProxyType
 from typing import Any
 
 from jinja2 import TemplateSyntaxError, meta
