@@ -338,3 +338,34 @@ def test_a_rule_without_actions_after_merging_is_reported_where_it_is_defined() 
     (problem,) = info.value.problems
     assert problem.message == "missing required field 'then'"
     assert (problem.location.source, problem.location.line, problem.location.column) == ("team.yaml", 6, 7)
+
+
+def test_validate_for_one_node_ignores_documents_that_do_not_apply_to_it() -> None:
+    docs = docs_of(
+        ("base", BASE, Layer.BUILTIN),
+        ("a", "nodeSelector: {matchLabels: {pool: a}}\nrules:\n  - name: mem-evict\n    for: 20s\n", Layer.FILE),
+        ("b", "nodeSelector: {matchLabels: {pool: b}}\nrules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE),
+    )
+    assert validate(docs, node(pool="a")) == []
+
+
+def test_too_many_selector_variants_fall_back_to_each_documents_own_node() -> None:
+    """Documents whose selectors never meet must not be merged together by the fallback: each of the
+    pool-a overlays replaces the remainder pool, which is fine alone and a clash if merged."""
+    overlays = [
+        (
+            f"a{i}",
+            f"priority: 1\nnodeSelector: {{matchLabels: {{pool: a{i}}}}}\n"
+            f"pools:\n  - {{name: reclaim, enabled: false}}\n  - {{name: r{i}, size: {{remainder: true}}}}\n"
+            f"classes:\n  - {{name: be, cpu: {{pool: r{i}}}}}\n",
+            Layer.FILE,
+        )
+        for i in range(8)
+    ] + [
+        (f"b{i}", f"priority: 2\nnodeSelector: {{matchLabels: {{rack: b{i}}}}}\nmode: audit\n", Layer.FILE)
+        for i in range(8)
+    ]
+    docs = docs_of(("base", BASE, Layer.BUILTIN), *overlays)
+    assert validate(docs) == []
+    broken = docs_of(("base", BASE, Layer.BUILTIN), *overlays, ("bad", "priority: 3\nnodeSelector: {matchLabels: {pool: a3}}\ndefaultClass: nope\n", Layer.FILE))
+    assert [p.message for p in validate(broken)] == ["class 'nope' is not defined"]

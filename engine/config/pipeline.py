@@ -228,8 +228,8 @@ def validate(docs: list[Document], node: NodeInfo | None = None) -> list[Problem
     """Every problem in ``docs``: per document, and for each node variant their selectors distinguish.
 
     Without a node, templates render against REFERENCE_NODE (16 CPUs, 2 sockets, 2 NUMA, 64 GiB) with
-    the variant's labels. If the selectors distinguish more than MAX_VARIANTS label sets, references
-    are checked on all documents merged together instead.
+    the variant's labels. If the selectors distinguish more than MAX_VARIANTS label sets, each
+    document is checked on a node its own selector selects, together with whatever else applies there.
     """
     base_node = node or REFERENCE_NODE
     problems: list[Problem] = []
@@ -239,13 +239,18 @@ def validate(docs: list[Document], node: NodeInfo | None = None) -> list[Problem
         problems.extend(p)
         if r is not None:
             rendered_all.append(r)
-    problems.extend(conflicts(rendered_all, check_selectors=node is None))
+    if node is None:
+        problems.extend(conflicts(rendered_all, check_selectors=True))
+    else:
+        problems.extend(
+            conflicts([r for r in rendered_all if applies_to(r.doc, node.labels)], check_selectors=False)
+        )
     if problems:
         return _unique(problems)
     variants = [dict(node.labels)] if node is not None else label_variants(docs, base_node.labels)
-    seen: set[tuple[int, ...]] = set()
     if not variants:
-        problems.extend(_compile_problems(rendered_all, base_node))
+        variants = [dict(base_node.labels)] + [_satisfying(d, base_node.labels) for d in docs]
+    seen: set[tuple[int, ...]] = set()
     for labels in variants:
         applicable = tuple(i for i, d in enumerate(docs) if applies_to(d, labels))
         if applicable in seen or not applicable:
@@ -259,12 +264,27 @@ def validate(docs: list[Document], node: NodeInfo | None = None) -> list[Problem
     return _unique(problems)
 
 
-def _compile_problems(rendered: list[Rendered], node: NodeInfo) -> list[Problem]:
-    try:
-        compile_merged(merge(rendered), node)
-    except PolicyError as exc:
-        return list(exc.problems)
-    return []
+def _satisfying(doc: Document, base: Mapping[str, str]) -> dict[str, str]:
+    """Labels of a node that ``doc``'s selector selects (the fallback when variants are too many)."""
+    labels = dict(base)
+    sel = _selector(doc)
+    if not isinstance(sel, dict):
+        return labels
+    match = sel.get("matchLabels")
+    if isinstance(match, dict):
+        labels.update({str(k): str(v) for k, v in match.items()})
+    for expr in sel.get("matchExpressions") or []:
+        if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
+            continue
+        values = [str(v) for v in expr.get("values") or []]
+        op = expr.get("operator")
+        if op == "In" and values:
+            labels[expr["key"]] = values[0]
+        elif op == "Exists":
+            labels.setdefault(expr["key"], "qosd-validate-other")
+        elif op in ("NotIn", "DoesNotExist"):
+            labels.pop(expr["key"], None)
+    return labels
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:
