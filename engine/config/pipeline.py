@@ -21,7 +21,7 @@ from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
 from engine.config.selector import matches
 from engine.model.node import NodeInfo
-from engine.resources import bundled_policy_files
+from engine.resources import bundled_policy_files, data_dir
 
 API_VERSION = "qosd.io/v1alpha1"
 PROFILE_LABEL = "qosd.io/profile"
@@ -48,9 +48,10 @@ def load_documents(paths: Iterable[Path], builtin: bool = True) -> list[Document
     docs: list[Document] = []
     given = {f.resolve() for f in files}
     if builtin:
+        root = data_dir("rules")
         for f in bundled_policy_files():
             if f.resolve() not in given:
-                docs.extend(_read(f, Layer.BUILTIN, problems))
+                docs.extend(_read(f, Layer.BUILTIN, problems, f"builtin:rules/{f.relative_to(root)}"))
     for f in files:
         docs.extend(_read(f, Layer.FILE, problems))
     if problems:
@@ -58,9 +59,9 @@ def load_documents(paths: Iterable[Path], builtin: bool = True) -> list[Document
     return docs
 
 
-def _read(path: Path, layer: Layer, problems: list[Problem]) -> list[Document]:
+def _read(path: Path, layer: Layer, problems: list[Problem], display: str | None = None) -> list[Document]:
     try:
-        return read_file(path, layer)
+        return read_file(path, layer, display)
     except PolicyError as exc:
         problems.extend(exc.problems)
         return []
