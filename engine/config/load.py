@@ -30,6 +30,8 @@ JsonPath = tuple[str | int, ...]
 
 MAX_DEPTH = 64
 MAX_NODES = 200_000
+MAX_NUMBER_CHARS = 64
+MAX_FLOW_DEPTH = 200  # libyaml's composer recurses in C and crashes on ~30k nested brackets
 
 
 class Layer(IntEnum):
@@ -187,7 +189,17 @@ class _Builder:
                 )
             )
             return None
-        value = _construct_scalar(tag, node.value)
+        try:
+            value = _construct_scalar(tag, node.value)
+        except ValueError:
+            self.problems.append(
+                Problem(
+                    self._loc(node, path),
+                    f"number {short(node.value, 24)} is too large ({len(node.value)} characters)",
+                    "qosd numbers fit in 64 bits; check for a pasted value",
+                )
+            )
+            return None
         if isinstance(value, float) and not math.isfinite(value):
             self.problems.append(
                 Problem(
@@ -265,9 +277,13 @@ def _construct_scalar(tag: str, text: str) -> Any:
     if tag == "tag:yaml.org,2002:bool":
         return text.lower() == "true"
     if tag == "tag:yaml.org,2002:int":
+        if len(text) > MAX_NUMBER_CHARS:
+            raise ValueError(text)
         if text.startswith(("0x", "0o")):
             return int(text[2:], 16 if text[1] == "x" else 8)
         return int(text, 10)
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(text)
     lowered = text.lower()
     if lowered.endswith(".inf"):
         return -math.inf if lowered.startswith("-") else math.inf
@@ -302,6 +318,17 @@ def parse_documents(
 
     Empty documents (a stray ``---``) are skipped, as kubectl does.
     """
+    deep = _too_deep(text)
+    if deep is not None:
+        raise PolicyError(
+            [
+                Problem(
+                    Location(source, *deep),
+                    f"brackets nest deeper than {MAX_FLOW_DEPTH} levels",
+                    "rule documents are a few levels deep; this looks like generated or corrupted input",
+                )
+            ]
+        )
     loader = _Loader(text)
     docs: list[Document] = []
     problems: list[Problem] = []
@@ -345,6 +372,43 @@ def parse_documents(
     if problems:
         raise PolicyError(problems)
     return docs
+
+
+_FLOW = re.compile(r"[\[\]{}\n\"'#]")
+
+
+def _too_deep(text: str) -> tuple[int, int] | None:
+    """Line and column where flow brackets first nest deeper than MAX_FLOW_DEPTH, if they do.
+
+    A conservative scan (quotes and comments are skipped roughly) that runs before libyaml, because
+    libyaml's C composer overflows the stack on pathological nesting instead of raising an error.
+    """
+    depth = 0
+    line, line_start = 1, 0
+    quote: str | None = None
+    comment = False
+    for m in _FLOW.finditer(text):
+        ch = m.group()
+        if ch == "\n":
+            line, line_start, comment = line + 1, m.end(), False
+            continue
+        if comment:
+            continue
+        if quote:
+            if ch == quote:
+                quote = None
+            continue
+        if ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            comment = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_FLOW_DEPTH:
+                return line, m.start() - line_start + 1
+        else:
+            depth = max(depth - 1, 0)
+    return None
 
 
 def read_file(path: Path, layer: Layer = Layer.FILE, display: str | None = None) -> list[Document]:

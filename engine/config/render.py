@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -25,14 +25,118 @@ from engine.config.errors import Problem, short
 from engine.config.load import Document, JsonPath
 
 MAX_RANGE = 10_000
-MAX_STRING = 100_000
+MAX_WEIGHT = 100_000
 MAX_POWER_BITS = 4_096
 
 _EXPR_ONLY = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.S)
 
 
+def weight(value: Any, what: str = "template value") -> int:
+    """Items plus characters in ``value`` counted per occurrence (a list repeating one long string
+    counts it each time), stopping as soon as the total exceeds MAX_WEIGHT.
+
+    This is how big the value becomes once flattened into text or JSON, so checking it *before*
+    joining, stringifying or repeating keeps every template bounded without walking huge values.
+    """
+    total = 0
+    stack: list[Any] = [value]
+    while stack:
+        v = stack.pop()
+        total += 1
+        if isinstance(v, str | range):
+            total += len(v)
+        elif isinstance(v, Mapping):
+            if len(v) > MAX_WEIGHT:
+                total += len(v)
+            else:
+                stack.extend(v.keys())
+                stack.extend(v.values())
+        elif isinstance(v, list | tuple | set | frozenset):
+            if len(v) > MAX_WEIGHT:
+                total += len(v)
+            else:
+                stack.extend(v)
+        if total > MAX_WEIGHT:
+            raise SecurityError(f"{what} would hold more than {MAX_WEIGHT} items or characters")
+    return total
+
+
+def _materialize(value: Any, what: str) -> Any:
+    """Lazy results of map/select become lists, counted as they are produced."""
+    if not isinstance(value, Iterator):
+        return value
+    out: list[Any] = []
+    total = 0
+    for item in value:
+        total += weight(item, what)
+        if total > MAX_WEIGHT:
+            raise SecurityError(f"{what} would hold more than {MAX_WEIGHT} items or characters")
+        out.append(item)
+    return out
+
+
+def _check_replace(text: Any, old: Any, new: Any, count: Any = -1) -> None:
+    if isinstance(text, str) and isinstance(old, str) and isinstance(new, str):
+        hits = text.count(old) if old else len(text) + 1
+        if isinstance(count, int) and count >= 0:
+            hits = min(hits, count)
+        if len(text) + hits * max(len(new) - len(old), 0) > MAX_WEIGHT:
+            raise SecurityError(f"replace would grow the text beyond {MAX_WEIGHT} characters")
+
+
+# Filters that compute small values from bounded inputs. Padding and formatting filters (center,
+# indent, wordwrap, format, batch, slice, ...) are left out: their size argument is the amplifier.
+SAFE_FILTERS = (
+    "abs", "capitalize", "count", "d", "default", "dictsort", "first", "float", "groupby", "int",
+    "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr",
+    "replace", "reverse", "round", "select", "selectattr", "sort", "string", "sum", "title", "tojson",
+    "trim", "unique", "upper",
+)  # fmt: skip
+
+
+def _guard_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Check the size of a filter's inputs (and output) so no filter can amplify a value."""
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        what = f"the {name!r} filter"
+        args = tuple(_materialize(a, what) for a in args)
+        for a in (*args, *kwargs.values()):
+            weight(a, what)
+        if name == "replace":
+            texts = [a for a in args if isinstance(a, str)]
+            ints = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
+            if len(texts) >= 3:
+                _check_replace(texts[0], texts[1], texts[2], kwargs.get("count", ints[0] if ints else -1))
+        if name == "sum":
+            start = kwargs.get("start", 0)
+            if not isinstance(start, int | float):
+                raise SecurityError("sum only adds numbers in rule templates")
+        out = fn(*args, **kwargs)
+        if isinstance(out, str | list | tuple | Mapping):
+            weight(out, what)
+        return out
+
+    pass_arg = getattr(fn, "jinja_pass_arg", None)
+    if pass_arg is not None:
+        guarded.jinja_pass_arg = pass_arg  # type: ignore[attr-defined]
+    guarded.__name__ = name
+    return guarded
+
+
+_STR_METHODS = (
+    "lower upper strip lstrip rstrip startswith endswith split rsplit splitlines replace title "
+    "capitalize count find rfind isdigit isalpha isalnum removeprefix removesuffix"
+)
+_SAFE_METHODS: dict[type, frozenset[str]] = {
+    str: frozenset(_STR_METHODS.split()),
+    dict: frozenset({"get", "keys", "values", "items"}),
+    list: frozenset({"count", "index"}),
+    tuple: frozenset({"count", "index"}),
+}
+
+
 class _QosdSandbox(ImmutableSandboxedEnvironment):
-    """Sandbox with size limits on the operations that can allocate without bound."""
+    """Sandbox with a size budget on every operation that can allocate, and an allow-list of calls."""
 
     intercepted_binops = frozenset({"*", "**", "%", "+"})
 
@@ -43,11 +147,14 @@ class _QosdSandbox(ImmutableSandboxedEnvironment):
                 raise SecurityError(f"{short(left)} ** {short(right)} is too large to compute in a template")
             return operator.pow(left, right)
         if operator_name == "*":
+            big = isinstance(left, int) and isinstance(right, int)
+            if big and left.bit_length() + right.bit_length() > MAX_POWER_BITS:
+                raise SecurityError(f"{short(left)} * {short(right)} is too large to compute in a template")
             for seq, count in ((left, right), (right, left)):
-                repeated = isinstance(seq, str | list | tuple) and isinstance(count, int)
-                if repeated and len(seq) * count > MAX_STRING:
+                repeats = isinstance(seq, str | list | tuple) and isinstance(count, int) and count > 1
+                if repeats and weight(seq, "the repeated value") * count > MAX_WEIGHT:
                     raise SecurityError(
-                        f"repeating a {type(seq).__name__} {count} times exceeds {MAX_STRING} items"
+                        f"repeating a {type(seq).__name__} {count} times exceeds {MAX_WEIGHT} items"
                     )
             return operator.mul(left, right)
         if operator_name == "%":
@@ -56,10 +163,23 @@ class _QosdSandbox(ImmutableSandboxedEnvironment):
                     "printf-style '%' formatting is not allowed in templates; use ~ or filters"
                 )
             return operator.mod(left, right)
-        result = operator.add(left, right)
-        if isinstance(result, str | list | tuple) and len(result) > MAX_STRING:
-            raise SecurityError(f"template value grows beyond {MAX_STRING} items")
-        return result
+        sequences = isinstance(left, str | list | tuple) and isinstance(right, str | list | tuple)
+        if sequences and weight(left) + weight(right) > MAX_WEIGHT:
+            raise SecurityError(f"template value grows beyond {MAX_WEIGHT} items")
+        return operator.add(left, right)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        """Only the template globals and a few read-only methods of strings, dicts and lists."""
+        if __obj in (_bounded_range, dict):
+            return __context.call(__obj, *args, **kwargs)
+        owner = getattr(__obj, "__self__", None)
+        name = getattr(__obj, "__name__", repr(__obj))
+        allowed = _SAFE_METHODS.get(type(owner), frozenset())
+        if owner is None or name not in allowed:
+            raise SecurityError(f"calling {name!r} is not allowed in rule templates")
+        if name == "replace":
+            _check_replace(owner, *args[:3])
+        return __context.call(__obj, *args, **kwargs)
 
 
 def _bounded_range(*args: int) -> range:
@@ -71,25 +191,19 @@ def _bounded_range(*args: int) -> range:
     return r
 
 
-def _guard_width(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def guarded(value: Any, *args: Any, **kwargs: Any) -> Any:
-        widths = [a for a in (*args, *kwargs.values()) if isinstance(a, int)]
-        if any(w > MAX_STRING for w in widths):
-            raise SecurityError(f"filter {name!r} with width {max(widths)} exceeds {MAX_STRING}")
-        out = fn(value, *args, **kwargs)
-        if isinstance(out, str) and len(out) > MAX_STRING:
-            raise SecurityError(f"filter {name!r} produced more than {MAX_STRING} characters")
-        return out
-
-    return guarded
+def _finalize(value: Any) -> Any:
+    """Every {{ ... }} in a text template is size-checked before it is turned into text."""
+    weight(value, "the rendered value")
+    return value
 
 
 def _make_env() -> _QosdSandbox:
-    env = _QosdSandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
+    env = _QosdSandbox(
+        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False, finalize=_finalize
+    )
     env.globals = {"range": _bounded_range, "dict": dict}
-    for name in ("center", "indent", "wordwrap", "format", "replace", "truncate", "filesizeformat"):
-        if name in env.filters:
-            env.filters[name] = _guard_width(name, env.filters[name])
+    env.filters = {name: _guard_filter(name, env.filters[name]) for name in SAFE_FILTERS}
+    env.tests = {k: v for k, v in env.tests.items() if k not in ("callable",)}
     return env
 
 
@@ -119,9 +233,10 @@ def _compile(text: str) -> tuple[bool, Any]:
             return True, ENV.compile_expression(m.group("expr"), undefined_to_none=False)
         return False, ENV.from_string(text)
     except TemplateSyntaxError as exc:
-        raise RenderError(
-            f"template syntax error: {exc.message}", "values use Jinja2 syntax: {{ expression }}"
-        ) from None
+        hint = "values use Jinja2 syntax: {{ expression }}"
+        if "No filter named" in str(exc.message):
+            hint = f"filters available in rule templates: {', '.join(SAFE_FILTERS)}"
+        raise RenderError(f"template syntax error: {exc.message}", hint) from None
 
 
 def is_template(value: Any) -> bool:
@@ -136,10 +251,12 @@ def render_value(text: str, context: Mapping[str, Any]) -> Any:
             result = compiled(**context)
             if isinstance(result, Undefined):
                 result._fail_with_undefined_error()
+            result = _materialize(result, "the template result")
+            weight(result, "the template result")
             return _to_json(result)
         out: str = compiled.render(**context)
-        if len(out) > MAX_STRING:
-            raise RenderError(f"template renders to {len(out)} characters, more than {MAX_STRING}")
+        if len(out) > MAX_WEIGHT:
+            raise RenderError(f"template renders to {len(out)} characters, more than {MAX_WEIGHT}")
         return out
     except SecurityError as exc:
         raise RenderError(
@@ -166,9 +283,11 @@ def _hint_for(exc: TemplateError, context: Mapping[str, Any]) -> str:
 
 def _to_json(value: Any) -> Any:
     """Native template results must be plain JSON values: numbers, strings, booleans, lists, maps."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise RenderError(f"template produced {short(value, 24)}, which does not fit in 64 bits")
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    if isinstance(value, list | tuple):
+    if isinstance(value, list | tuple | range):
         return [_to_json(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): _to_json(v) for k, v in value.items()}
