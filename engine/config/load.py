@@ -8,8 +8,10 @@ and record the line and column of every key and value so later stages can point 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -18,20 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
 from engine.config.errors import Location, PolicyError, Problem, short
-
-try:
-    _BaseLoader: type[Any] = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _BaseLoader = yaml.SafeLoader
 
 JsonPath = tuple[str | int, ...]
 
 MAX_DEPTH = 64
 MAX_NODES = 200_000
 MAX_NUMBER_CHARS = 64
-MAX_FLOW_DEPTH = 200  # libyaml's composer recurses in C and crashes on ~30k nested brackets
 
 
 class Layer(IntEnum):
@@ -64,8 +63,32 @@ def _core_schema_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
     return resolvers
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc]
+class _PyLoader(yaml.SafeLoader):
     yaml_implicit_resolvers = _core_schema_resolvers()
+
+
+def _loader_class() -> type[Any]:
+    """libyaml's C parser for speed with PyYAML's Python composer for safety: libyaml's own composer
+    recurses in C and crashes the process on pathologically nested input, while the Python one
+    raises RecursionError, which becomes a located problem."""
+    try:
+        from yaml._yaml import CParser
+    except ImportError:  # pragma: no cover - PyYAML built without libyaml
+        return _PyLoader
+
+    class HybridLoader(Composer, CParser, SafeConstructor, Resolver):
+        yaml_implicit_resolvers = _core_schema_resolvers()
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+    return HybridLoader
+
+
+_Loader = _loader_class()
 
 
 @dataclass
@@ -98,6 +121,9 @@ class Document:
     marks: Marks
     layer: Layer = Layer.FILE
     path: Path | None = None
+    # Results of rendering + schema checking, by template context; see pipeline.prepare.
+    prepared: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    templated: bool | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -192,11 +218,14 @@ class _Builder:
         try:
             value = _construct_scalar(tag, node.value)
         except ValueError:
+            too_long = len(node.value) > MAX_NUMBER_CHARS
             self.problems.append(
                 Problem(
                     self._loc(node, path),
-                    f"number {short(node.value, 24)} is too large ({len(node.value)} characters)",
-                    "qosd numbers fit in 64 bits; check for a pasted value",
+                    f"number {short(node.value, 24)} is too large ({len(node.value)} characters)"
+                    if too_long
+                    else f"{node.value!r} is not a valid {tag.rsplit(':', 1)[-1]}",
+                    "qosd numbers fit in 64 bits; check for a pasted value" if too_long else "drop the tag",
                 )
             )
             return None
@@ -318,17 +347,6 @@ def parse_documents(
 
     Empty documents (a stray ``---``) are skipped, as kubectl does.
     """
-    deep = _too_deep(text)
-    if deep is not None:
-        raise PolicyError(
-            [
-                Problem(
-                    Location(source, *deep),
-                    f"brackets nest deeper than {MAX_FLOW_DEPTH} levels",
-                    "rule documents are a few levels deep; this looks like generated or corrupted input",
-                )
-            ]
-        )
     loader = _Loader(text)
     docs: list[Document] = []
     problems: list[Problem] = []
@@ -374,41 +392,9 @@ def parse_documents(
     return docs
 
 
-_FLOW = re.compile(r"[\[\]{}\n\"'#]")
-
-
-def _too_deep(text: str) -> tuple[int, int] | None:
-    """Line and column where flow brackets first nest deeper than MAX_FLOW_DEPTH, if they do.
-
-    A conservative scan (quotes and comments are skipped roughly) that runs before libyaml, because
-    libyaml's C composer overflows the stack on pathological nesting instead of raising an error.
-    """
-    depth = 0
-    line, line_start = 1, 0
-    quote: str | None = None
-    comment = False
-    for m in _FLOW.finditer(text):
-        ch = m.group()
-        if ch == "\n":
-            line, line_start, comment = line + 1, m.end(), False
-            continue
-        if comment:
-            continue
-        if quote:
-            if ch == quote:
-                quote = None
-            continue
-        if ch in "\"'":
-            quote = ch
-        elif ch == "#":
-            comment = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_FLOW_DEPTH:
-                return line, m.start() - line_start + 1
-        else:
-            depth = max(depth - 1, 0)
-    return None
+def clear_caches() -> None:
+    """Forget parsed files (benchmarks measure the full pipeline with this)."""
+    _FILE_CACHE.clear()
 
 
 def read_file(path: Path, layer: Layer = Layer.FILE, display: str | None = None) -> list[Document]:
@@ -431,7 +417,22 @@ def read_file(path: Path, layer: Layer = Layer.FILE, display: str | None = None)
                 )
             ]
         ) from None
-    return parse_documents(text, source, layer, path)
+    key = (source, int(layer), hashlib.sha256(raw).hexdigest())
+    cached = _FILE_CACHE.get(key)
+    if cached is not None:
+        _FILE_CACHE.move_to_end(key)
+        return list(cached)
+    docs = parse_documents(text, source, layer, path)
+    _FILE_CACHE[key] = tuple(docs)
+    if len(_FILE_CACHE) > _FILE_CACHE_SIZE:
+        _FILE_CACHE.popitem(last=False)
+    return docs
+
+
+# Parsed documents by (display name, layer, content hash): a reload re-parses only files whose bytes
+# changed, and the documents' prepared results (render + schema check) are reused with them.
+_FILE_CACHE: OrderedDict[tuple[str, int, str], tuple[Document, ...]] = OrderedDict()
+_FILE_CACHE_SIZE = 256
 
 
 YAML_SUFFIXES = (".yaml", ".yml")

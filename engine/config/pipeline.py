@@ -8,6 +8,7 @@ can tell apart (``qosd validate``). Both raise or return located problems, never
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,30 @@ def applies_to(doc: Document, labels: Mapping[str, str]) -> bool:
 
 
 def prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Problem]]:
-    """Render and schema-check one document for one node."""
+    """Render and schema-check one document for one node, once per template context.
+
+    Documents are cached by content (load.read_file), so a reload re-renders and re-checks only
+    documents that changed, and validate's node variants share the work.
+    """
+    key = _context_key(doc, node)
+    cached = doc.prepared.get(key)
+    if cached is None:
+        cached = doc.prepared[key] = _prepare(doc, node)
+        if len(doc.prepared) > 64:
+            doc.prepared.pop(next(iter(doc.prepared)))
+    rendered, problems = cached
+    return rendered, list(problems)
+
+
+def _context_key(doc: Document, node: NodeInfo) -> str:
+    if doc.templated is None:
+        doc.templated = _has_template(doc.data)
+    if not doc.templated:
+        return "static"
+    return json.dumps(node.template_context(), sort_keys=True, default=str)
+
+
+def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Problem]]:
     problems: list[Problem] = []
     if not isinstance(doc.data, dict):
         return None, [

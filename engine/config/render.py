@@ -11,9 +11,10 @@ Rendering happens once per policy generation and node, never per tick.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sized
 from functools import lru_cache
 from typing import Any
 
@@ -97,26 +98,29 @@ SAFE_FILTERS = (
 def _guard_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """Check the size of a filter's inputs (and output) so no filter can amplify a value."""
 
+    pass_arg = getattr(fn, "jinja_pass_arg", None)
+    skip = 1 if pass_arg is not None else 0  # the context, eval context or environment comes first
+
     def guarded(*args: Any, **kwargs: Any) -> Any:
         what = f"the {name!r} filter"
-        args = tuple(_materialize(a, what) for a in args)
-        for a in (*args, *kwargs.values()):
+        head, values = args[:skip], tuple(_materialize(a, what) for a in args[skip:])
+        for a in (*values, *kwargs.values()):
             weight(a, what)
-        if name == "replace":
-            texts = [a for a in args if isinstance(a, str)]
-            ints = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
-            if len(texts) >= 3:
-                _check_replace(texts[0], texts[1], texts[2], kwargs.get("count", ints[0] if ints else -1))
-        if name == "sum":
-            start = kwargs.get("start", 0)
-            if not isinstance(start, int | float):
-                raise SecurityError("sum only adds numbers in rule templates")
-        out = fn(*args, **kwargs)
+        texts = [a for a in values if isinstance(a, str)]
+        if name == "replace" and len(texts) >= 3:
+            ints = [a for a in values if isinstance(a, int) and not isinstance(a, bool)]
+            _check_replace(texts[0], texts[1], texts[2], kwargs.get("count", ints[0] if ints else -1))
+        if name == "join" and values and isinstance(values[0], Sized):
+            sep = values[1] if len(values) > 1 else kwargs.get("d", "")
+            if weight(values[0], what) + len(str(sep)) * len(values[0]) > MAX_WEIGHT:
+                raise SecurityError(f"{what} would build more than {MAX_WEIGHT} characters")
+        if name == "sum" and not isinstance(kwargs.get("start", 0), int | float):
+            raise SecurityError("sum only adds numbers in rule templates")
+        out = fn(*head, *values, **kwargs)
         if isinstance(out, str | list | tuple | Mapping):
             weight(out, what)
         return out
 
-    pass_arg = getattr(fn, "jinja_pass_arg", None)
     if pass_arg is not None:
         guarded.jinja_pass_arg = pass_arg  # type: ignore[attr-defined]
     guarded.__name__ = name
@@ -192,14 +196,24 @@ def _bounded_range(*args: int) -> range:
 
 
 def _finalize(value: Any) -> Any:
-    """Every {{ ... }} in a text template is size-checked before it is turned into text."""
+    """Every {{ ... }} in a text template is size-checked and must be a plain value."""
+    if isinstance(value, Undefined):
+        value._fail_with_undefined_error()
+    if not isinstance(value, str | int | float | bool | list | tuple | dict | range) and value is not None:
+        raise SecurityError(f"a {type(value).__name__} cannot be rendered into a rule value")
     weight(value, "the rendered value")
     return value
 
 
 def _make_env() -> _QosdSandbox:
+    # optimized=False: Jinja's constant folding evaluates parts of an expression while compiling,
+    # outside the sandbox's runtime checks, and can emit code naming `inf`/`nan`.
     env = _QosdSandbox(
-        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False, finalize=_finalize
+        undefined=StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=False,
+        finalize=_finalize,
+        optimized=False,
     )
     env.globals = {"range": _bounded_range, "dict": dict}
     env.filters = {name: _guard_filter(name, env.filters[name]) for name in SAFE_FILTERS}
@@ -245,8 +259,8 @@ def is_template(value: Any) -> bool:
 
 def render_value(text: str, context: Mapping[str, Any]) -> Any:
     """Render one templated string; raises RenderError with a human message."""
-    native, compiled = _compile(text)
     try:
+        native, compiled = _compile(text)
         if native:
             result = compiled(**context)
             if isinstance(result, Undefined):
@@ -268,7 +282,11 @@ def render_value(text: str, context: Mapping[str, Any]) -> Any:
         raise RenderError(f"template error: {exc.message or exc}", _hint_for(exc, context)) from None
     except RenderError:
         raise
-    except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+    except ValueError as exc:
+        if "max_str_digits" in str(exc):
+            raise RenderError("template converts a number of more than 4300 digits") from None
+        raise RenderError(f"template failed: ValueError: {exc}") from None
+    except (ArithmeticError, TypeError, KeyError, IndexError, AttributeError, NameError) as exc:
         raise RenderError(f"template failed: {type(exc).__name__}: {exc}") from None
     except RecursionError:
         raise RenderError("template recursion too deep") from None
@@ -285,6 +303,8 @@ def _to_json(value: Any) -> Any:
     """Native template results must be plain JSON values: numbers, strings, booleans, lists, maps."""
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
         raise RenderError(f"template produced {short(value, 24)}, which does not fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RenderError(f"template produced {value}, not a finite number")
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list | tuple | range):

@@ -25,8 +25,56 @@ Locator = Callable[[JsonPath, bool], Location]
 
 @cache
 def validator(kind: str) -> Draft202012Validator:
-    """One validator per schema per process: building it costs more than validating a policy."""
-    return Draft202012Validator(load_schema(kind))
+    """One validator per schema per process: building it costs more than validating a policy.
+
+    Non-recursive ``$ref``s are inlined first: resolving a reference on every descent is a third of
+    the validation time, and the result is the same schema.
+    """
+    return Draft202012Validator(inline_refs(load_schema(kind)))
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` with every ``#/$defs/`` reference inlined, except recursive ones."""
+    defs: dict[str, Any] = schema.get("$defs", {})
+
+    def refs(node: Any) -> set[str]:
+        if isinstance(node, dict):
+            found = {node["$ref"][8:]} if str(node.get("$ref", "")).startswith("#/$defs/") else set()
+            return found.union(*(refs(v) for v in node.values()))
+        if isinstance(node, list):
+            return set().union(*(refs(v) for v in node))
+        return set()
+
+    direct = {name: refs(body) for name, body in defs.items()}
+    recursive: set[str] = set()
+    for name in defs:
+        seen: set[str] = set()
+        stack = list(direct[name])
+        while stack:
+            current = stack.pop()
+            if current == name:
+                recursive.add(name)
+                break
+            if current not in seen and current in direct:
+                seen.add(current)
+                stack.extend(direct[current])
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] not in recursive:
+                # The definition's own description (e.g. what a duration looks like) is what error
+                # messages quote, so it wins over the referring property's description.
+                siblings = {k: inline(v) for k, v in node.items() if k != "$ref"}
+                return {**siblings, **inline(defs[ref[8:]])}
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    out: dict[str, Any] = inline({k: v for k, v in schema.items() if k != "$defs"})
+    out["$defs"] = {name: inline(body) for name, body in defs.items() if name in recursive}
+    return out
 
 
 def _leaf_errors(error: ValidationError) -> ValidationError:

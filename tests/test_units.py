@@ -1,0 +1,128 @@
+"""Durations, Kubernetes quantities and cpuset lists (engine/model/units.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.model.units import format_cpuset, parse_cpuset, parse_duration, parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("500ms", 0.5),
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("1h", 3600.0),
+        ("2m30s", 150.0),
+        ("1m500ms", 60.5),
+        ("0s", 0.0),
+        ("0.5s", 0.5),
+        ("1h1m1s1ms", 3661.001),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5", "5 m", "m5", "-1s", "1d", "1.s", ".5s", "5mm", "1h 30m", " 5m", "5m ", "ms"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2Gi", 2 * 2**30),
+        ("500m", 0.5),
+        ("4", 4.0),
+        ("1.5", 1.5),
+        ("300Mi", 300 * 2**20),
+        ("5G", 5e9),
+        ("1e3", 1000.0),
+        ("100k", 1e5),
+        ("1Ki", 1024.0),
+        ("1Ti", 2.0**40),
+        ("2M", 2e6),
+        ("+3", 3.0),
+        (" 4 ", 4.0),
+        ("0", 0.0),
+        (3, 3.0),
+        (0.5, 0.5),
+        (0, 0.0),
+    ],
+)
+def test_parse_quantity(value: str | int | float, expected: float) -> None:
+    result = parse_quantity(value)
+    assert isinstance(result, float)
+    assert result == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("value", ["abc", "1Xi", True, False, "-1", "", "1.5.5", "Gi", "1 Gi", "1gi", "1e", "0x10"])
+def test_parse_quantity_rejects(value: object) -> None:
+    with pytest.raises(ValueError, match="not a quantity"):
+        parse_quantity(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus", "canonical"),
+    [
+        ("", frozenset(), ""),
+        ("0", frozenset({0}), "0"),
+        ("0-3", frozenset({0, 1, 2, 3}), "0-3"),
+        ("0-2,5", frozenset({0, 1, 2, 5}), "0-2,5"),
+        ("0-3,8-11", frozenset({0, 1, 2, 3, 8, 9, 10, 11}), "0-3,8-11"),
+        ("5,0-2", frozenset({0, 1, 2, 5}), "0-2,5"),
+        ("1,2,3", frozenset({1, 2, 3}), "1-3"),
+        ("0-1,1-2", frozenset({0, 1, 2}), "0-2"),
+        ("3-3", frozenset({3}), "3"),
+        (" 0-1 , 4 ", frozenset({0, 1, 4}), "0-1,4"),
+        ("0,2,4", frozenset({0, 2, 4}), "0,2,4"),
+        ("510-511", frozenset({510, 511}), "510-511"),
+    ],
+)
+def test_parse_and_format_cpuset(text: str, cpus: frozenset[int], canonical: str) -> None:
+    assert parse_cpuset(text) == cpus
+    assert format_cpuset(cpus) == canonical
+    assert parse_cpuset(canonical) == cpus
+
+
+@pytest.mark.parametrize(
+    ("cpus", "text"),
+    [
+        ([], ""),
+        ([3, 1, 2], "1-3"),
+        ([1, 1, 2], "1-2"),
+        ({7}, "7"),
+        ([0, 2, 3, 4, 9], "0,2-4,9"),
+    ],
+)
+def test_format_cpuset_accepts_any_collection(cpus: list[int] | set[int], text: str) -> None:
+    assert format_cpuset(cpus) == text
+
+
+@pytest.mark.parametrize("text", ["3-1", "a", "1,,2", "1-", "-1", "1-2-3", ",1", "1,", "0x1", "1.5", "1 2"])
+def test_parse_cpuset_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_cpuset(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.frozensets(st.integers(min_value=0, max_value=511), max_size=128))
+def test_cpuset_round_trip(cpus: frozenset[int]) -> None:
+    text = format_cpuset(cpus)
+    assert parse_cpuset(text) == cpus
+    # The kernel list format is canonical: ranges ascending, never adjacent, never a one-CPU range.
+    assert format_cpuset(parse_cpuset(text)) == text
+    bounds = [tuple(int(x) for x in part.split("-")) for part in text.split(",") if part]
+    for left, right in itertools.pairwise(bounds):
+        assert left[-1] + 1 < right[0]
+    assert all(len(b) == 1 or b[0] < b[1] for b in bounds)
