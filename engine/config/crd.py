@@ -35,6 +35,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from engine.config.schema_check import recursive_defs
+
 Schema = dict[str, Any]
 Report = Callable[[str, str], None]  # report(path inside the CRD, message)
 
@@ -50,7 +52,7 @@ _INT_OR_STRING = "x-kubernetes-int-or-string"
 
 SPEC_DESCRIPTION = (
     "QoS classes, CPU pools, reclaim and eviction rules for the nodes that spec.nodeSelector matches. "
-    "Values may be Jinja2 templates over node facts (\"{{ node.numa_count * 2 }}\"): here integer "
+    'Values may be Jinja2 templates over node facts ("{{ node.numa_count * 2 }}"): here integer '
     "fields accept a string and number/boolean fields accept any value, and qosd renders the templates "
     "on each node and validates the result against the full schema (schemas/qospolicy.schema.json), "
     "reporting errors with the resource name and JSON path in the Valid condition. String fields with "
@@ -71,19 +73,45 @@ _RECURSIVE_NOTE = (
 
 # Printer columns: what `kubectl get qosp` shows. priority 1 = only with `-o wide`.
 PRINTER_COLUMNS: list[Schema] = [
-    {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority",
-     "description": "Higher wins within a layer."},
+    {
+        "name": "Priority",
+        "type": "integer",
+        "jsonPath": ".spec.priority",
+        "description": "Higher wins within a layer.",
+    },
     {"name": "Mode", "type": "string", "jsonPath": ".spec.mode", "description": "enforce or audit."},
-    {"name": "Valid", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Valid")].status',
-     "description": "Whether the policy renders, validates and compiles."},
-    {"name": "Applied", "type": "integer", "jsonPath": ".status.nodes.applied",
-     "description": "Nodes running the current generation."},
-    {"name": "Failed", "type": "integer", "jsonPath": ".status.nodes.failed",
-     "description": "Matched nodes that rejected the current generation."},
-    {"name": "Matched", "type": "integer", "jsonPath": ".status.nodes.matched", "priority": 1,
-     "description": "Nodes selected by spec.nodeSelector."},
-    {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Valid")].reason',
-     "priority": 1, "description": "Why the policy is (in)valid."},
+    {
+        "name": "Valid",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Valid")].status',
+        "description": "Whether the policy renders, validates and compiles.",
+    },
+    {
+        "name": "Applied",
+        "type": "integer",
+        "jsonPath": ".status.nodes.applied",
+        "description": "Nodes running the current generation.",
+    },
+    {
+        "name": "Failed",
+        "type": "integer",
+        "jsonPath": ".status.nodes.failed",
+        "description": "Matched nodes that rejected the current generation.",
+    },
+    {
+        "name": "Matched",
+        "type": "integer",
+        "jsonPath": ".status.nodes.matched",
+        "priority": 1,
+        "description": "Nodes selected by spec.nodeSelector.",
+    },
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Valid")].reason',
+        "priority": 1,
+        "description": "Why the policy is (in)valid.",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -97,22 +125,66 @@ class CrdSchemaError(ValueError):
 # --------------------------------------------------------------------------------------------------
 
 # Keywords with no CRD equivalent that only annotate or constrain what qosd checks itself anyway.
-_DROPPED = frozenset({
-    "$schema", "$id", "$defs", "$comment", "$anchor", "examples", "propertyNames", "default",
-    "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding",
-})
+_DROPPED = frozenset(
+    {
+        "$schema",
+        "$id",
+        "$defs",
+        "$comment",
+        "$anchor",
+        "examples",
+        "propertyNames",
+        "default",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentMediaType",
+        "contentEncoding",
+    }
+)
 # Keywords the converter translates.
-_HANDLED = frozenset({
-    "$ref", "type", "const", "enum", "oneOf", "anyOf", "description", "title", "format",
-    "properties", "additionalProperties", "required", "minProperties", "maxProperties",
-    "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "minLength", "maxLength", "pattern",
-})
-_KUBE_EXTENSIONS = frozenset({
-    _PRESERVE, _INT_OR_STRING, "x-kubernetes-embedded-resource", "x-kubernetes-list-type",
-    "x-kubernetes-list-map-keys", "x-kubernetes-map-type", "x-kubernetes-validations",
-})
+_HANDLED = frozenset(
+    {
+        "$ref",
+        "type",
+        "const",
+        "enum",
+        "oneOf",
+        "anyOf",
+        "description",
+        "title",
+        "format",
+        "properties",
+        "additionalProperties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+    }
+)
+_KUBE_EXTENSIONS = frozenset(
+    {
+        _PRESERVE,
+        _INT_OR_STRING,
+        "x-kubernetes-embedded-resource",
+        "x-kubernetes-list-type",
+        "x-kubernetes-list-map-keys",
+        "x-kubernetes-map-type",
+        "x-kubernetes-validations",
+    }
+)
 _ANNOTATIONS = ("description", "title")
 _SCALARS = frozenset({"string", "integer", "number", "boolean"})
 
@@ -138,45 +210,12 @@ def _annotations(node: Schema) -> Schema:
     return {k: node[k] for k in _ANNOTATIONS if k in node}
 
 
-def _ref_targets(node: Any) -> set[str]:
-    """Names of the ``#/$defs/...`` definitions referenced anywhere inside ``node``."""
-    found: set[str] = set()
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            found.add(ref.removeprefix("#/$defs/"))
-        for value in node.values():
-            found |= _ref_targets(value)
-    elif isinstance(node, list):
-        for value in node:
-            found |= _ref_targets(value)
-    return found
-
-
-def _recursive_defs(defs: dict[str, Any]) -> set[str]:
-    """Definitions that reach themselves through ``$ref``: they cannot be inlined into a finite CRD."""
-    edges = {name: _ref_targets(body) for name, body in defs.items()}
-    recursive: set[str] = set()
-    for start in edges:
-        seen: set[str] = set()
-        todo = list(edges[start])
-        while todo:
-            name = todo.pop()
-            if name == start:
-                recursive.add(start)
-                break
-            if name not in seen:
-                seen.add(name)
-                todo.extend(edges.get(name, ()))
-    return recursive
-
-
 class _Converter:
     """Translates one JSON Schema document; holds its ``$defs`` and which of them are recursive."""
 
     def __init__(self, root: Schema) -> None:
         self.defs: dict[str, Any] = root.get("$defs", {})
-        self.recursive = _recursive_defs(self.defs)
+        self.recursive = recursive_defs(self.defs)
 
     def convert(self, node: Any, path: str, templated: bool) -> Schema:
         """Structural schema for ``node``; ``templated`` is true under ``spec`` (values may be templates)."""
@@ -187,11 +226,16 @@ class _Converter:
         if "$ref" in node:
             return self._inline(node, path, templated)
         for key in node:
-            if key not in _HANDLED and key not in _DROPPED and key not in _KUBE_EXTENSIONS \
-                    and not key.startswith("x-qosd-"):
+            if (
+                key not in _HANDLED
+                and key not in _DROPPED
+                and key not in _KUBE_EXTENSIONS
+                and not key.startswith("x-qosd-")
+            ):
                 raise CrdSchemaError(
                     f"{path}: JSON Schema keyword {key!r} has no CRD translation in engine/config/crd.py; "
-                    "express the constraint differently or teach _Converter about it")
+                    "express the constraint differently or teach _Converter about it"
+                )
         kube = {k: v for k, v in node.items() if k in _KUBE_EXTENSIONS}
         if "oneOf" in node or "anyOf" in node:
             return {**self._union(node, path, templated), **kube}
@@ -244,7 +288,8 @@ class _Converter:
             if key in merged and key not in _ANNOTATIONS and merged[key] != value:
                 raise CrdSchemaError(
                     f"{path}: {key!r} next to $ref {ref!r} conflicts with the definition; "
-                    "move the constraint into a separate definition")
+                    "move the constraint into a separate definition"
+                )
             merged[key] = value
         return self.convert(merged, path, templated)
 
@@ -253,8 +298,9 @@ class _Converter:
         out: Schema = {}
         if isinstance(target, dict) and self._types(target) == {"object"}:
             out["type"] = "object"
-        described = siblings.get("description") or (target.get("description") if isinstance(target, dict)
-                                                     else None)
+        described = siblings.get("description") or (
+            target.get("description") if isinstance(target, dict) else None
+        )
         out["description"] = f"{described} {_RECURSIVE_NOTE}" if described else _RECURSIVE_NOTE
         if isinstance(target, dict) and out.get("type") == "object":
             out.update({k: target[k] for k in ("minProperties", "maxProperties") if k in target})
@@ -326,8 +372,9 @@ class _Converter:
 
     def _array(self, node: Schema, path: str, templated: bool) -> Schema:
         out: Schema = {"type": "array", **_annotations(node)}
-        candidates = [self.convert(sub, f"{path}[{i}]", templated)
-                      for i, sub in enumerate(node.get("prefixItems", []))]
+        candidates = [
+            self.convert(sub, f"{path}[{i}]", templated) for i, sub in enumerate(node.get("prefixItems", []))
+        ]
         items = node.get("items")
         if isinstance(items, dict) or items is True:
             candidates.append(self.convert(items, f"{path}[]", templated))
@@ -361,8 +408,10 @@ class _Converter:
     def _numeric(node: Schema, path: str) -> Schema:
         """Bounds in OpenAPI v3.0 form: 2020-12's numeric exclusiveMinimum becomes a boolean flag."""
         out: Schema = {}
-        for plain, exclusive, stricter in (("minimum", "exclusiveMinimum", max),
-                                           ("maximum", "exclusiveMaximum", min)):
+        for plain, exclusive, stricter in (
+            ("minimum", "exclusiveMinimum", max),
+            ("maximum", "exclusiveMaximum", min),
+        ):
             bound, xbound = node.get(plain), node.get(exclusive)
             if isinstance(xbound, bool):
                 raise CrdSchemaError(f"{path}: boolean {exclusive} is draft-4 syntax; the schema is 2020-12")
@@ -457,9 +506,16 @@ def _tidy(node: Any) -> Any:
         return node
     first = [k for k in _KEY_ORDER if k in node]
     ordered = {k: node[k] for k in first} | {k: node[k] for k in node if k not in first}
-    return {k: (v if k in ("enum", "required", "default", "example") else
-                {n: _tidy(sub) for n, sub in v.items()} if k == "properties" else _tidy(v))
-            for k, v in ordered.items()}
+    return {
+        k: (
+            v
+            if k in ("enum", "required", "default", "example")
+            else {n: _tidy(sub) for n, sub in v.items()}
+            if k == "properties"
+            else _tidy(v)
+        )
+        for k, v in ordered.items()
+    }
 
 
 def build_crd(policy_schema: dict[str, Any]) -> dict[str, Any]:
@@ -479,14 +535,16 @@ def build_crd(policy_schema: dict[str, Any]) -> dict[str, Any]:
                 "categories": ["qosd"],
             },
             "scope": "Cluster",
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
-                "schema": {"openAPIV3Schema": openapi_schema(policy_schema)},
-            }],
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+                    "schema": {"openAPIV3Schema": openapi_schema(policy_schema)},
+                }
+            ],
         },
     }
 
@@ -498,51 +556,121 @@ def build_crd(policy_schema: dict[str, Any]) -> dict[str, Any]:
 # JSONSchemaProps fields of apiextensions/v1 (types.go; same set as the kubernetes client's
 # V1JSONSchemaProps). Anything else is an unknown field: dropped with a warning, or rejected under
 # strict field validation (kubectl's default).
-JSON_SCHEMA_PROPS_KEYS = frozenset({
-    "id", "$schema", "$ref", "description", "type", "format", "title", "default", "maximum",
-    "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems",
-    "minItems", "uniqueItems", "multipleOf", "enum", "maxProperties", "minProperties", "required", "items",
-    "allOf", "oneOf", "anyOf", "not", "properties", "additionalProperties", "patternProperties",
-    "dependencies", "additionalItems", "definitions", "externalDocs", "example", "nullable",
-    *_KUBE_EXTENSIONS,
-})
+JSON_SCHEMA_PROPS_KEYS = frozenset(
+    {
+        "id",
+        "$schema",
+        "$ref",
+        "description",
+        "type",
+        "format",
+        "title",
+        "default",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "multipleOf",
+        "enum",
+        "maxProperties",
+        "minProperties",
+        "required",
+        "items",
+        "allOf",
+        "oneOf",
+        "anyOf",
+        "not",
+        "properties",
+        "additionalProperties",
+        "patternProperties",
+        "dependencies",
+        "additionalItems",
+        "definitions",
+        "externalDocs",
+        "example",
+        "nullable",
+        *_KUBE_EXTENSIONS,
+    }
+)
 # validation.go specStandardValidatorV3.validate and convert.go validateUnsupportedFields.
 _UNSUPPORTED_KEYS = {
-    "id": "id is not supported", "$schema": "OpenAPIV3Schema 'schema' is not supported",
-    "$ref": "$ref is not supported", "patternProperties": "patternProperties is not supported",
-    "dependencies": "dependencies is not supported", "additionalItems": "additionalItems is not supported",
+    "id": "id is not supported",
+    "$schema": "OpenAPIV3Schema 'schema' is not supported",
+    "$ref": "$ref is not supported",
+    "patternProperties": "patternProperties is not supported",
+    "dependencies": "dependencies is not supported",
+    "additionalItems": "additionalItems is not supported",
     "definitions": "definitions is not supported",
 }
 _OPENAPI_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object"})
 # validation.go allowedFieldsAtRootSchema (root of a schema whose version has the status subresource).
-_ROOT_ALLOWED_WITH_STATUS = frozenset({
-    "description", "type", "format", "title", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
-    "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "multipleOf", "required",
-    "items", "properties", "externalDocs", "example", _PRESERVE, "x-kubernetes-validations",
-})
+_ROOT_ALLOWED_WITH_STATUS = frozenset(
+    {
+        "description",
+        "type",
+        "format",
+        "title",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "multipleOf",
+        "required",
+        "items",
+        "properties",
+        "externalDocs",
+        "example",
+        _PRESERVE,
+        "x-kubernetes-validations",
+    }
+)
 # schema/validation.go validateNestedValueValidation: forbidden under allOf/anyOf/oneOf/not.
 _NESTED_FORBIDDEN = {
-    "type": "must be empty to be structural", "additionalProperties": "must be undefined to be structural",
-    "default": "must be undefined to be structural", "title": "must be empty to be structural",
-    "description": "must be empty to be structural", "nullable": "must be false to be structural",
+    "type": "must be empty to be structural",
+    "additionalProperties": "must be undefined to be structural",
+    "default": "must be undefined to be structural",
+    "title": "must be empty to be structural",
+    "description": "must be empty to be structural",
+    "nullable": "must be false to be structural",
     "externalDocs": "must be undefined to be structural",
     **{k: "must be false/empty/undefined to be structural" for k in _KUBE_EXTENSIONS},
 }
 # validation.go printerColumnDatatypes / customResourceColumnDefinitionFormats.
 PRINTER_COLUMN_TYPES = frozenset({"integer", "number", "string", "boolean", "date"})
-PRINTER_COLUMN_FORMATS = frozenset({
-    "int32", "int64", "float", "double", "byte", "date", "date-time", "password",
-})
+PRINTER_COLUMN_FORMATS = frozenset(
+    {
+        "int32",
+        "int64",
+        "float",
+        "double",
+        "byte",
+        "date",
+        "date-time",
+        "password",
+    }
+)
 # apimachinery api/validation/objectmeta.go TotalAnnotationSizeLimitB.
 ANNOTATION_SIZE_LIMIT = 256 * 1024
 
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _COLUMN_SEGMENT = (
-    r"(\.[A-Za-z0-9_-]+"                                         # .field
-    r"|\[(\d+|\*)\]"                                             # [0] or [*]
-    r"|\['[^']+'\]"                                              # ['dotted.key']
-    r"|\[\?\(@(\.[A-Za-z0-9_-]+)+\s*(==|!=|<=|>=|<|>)\s*"        # [?(@.type=="Valid")]
+    r"(\.[A-Za-z0-9_-]+"  # .field
+    r"|\[(\d+|\*)\]"  # [0] or [*]
+    r"|\['[^']+'\]"  # ['dotted.key']
+    r"|\[\?\(@(\.[A-Za-z0-9_-]+)+\s*(==|!=|<=|>=|<|>)\s*"  # [?(@.type=="Valid")]
     r"(\"[^\"]*\"|'[^']*'|-?\d+(\.\d+)?|true|false)\)\])"
 )
 _COLUMN_PATH = re.compile(rf"^{_COLUMN_SEGMENT}+$")
@@ -578,8 +706,11 @@ def check_structural(crd: dict[str, Any]) -> list[str]:
         out.append(f"{path}: {message}")
 
     if crd.get("apiVersion") != "apiextensions.k8s.io/v1":
-        add("apiVersion", f"is {crd.get('apiVersion')!r}, must be 'apiextensions.k8s.io/v1' "
-            "(v1beta1 CRDs were removed in Kubernetes 1.22)")
+        add(
+            "apiVersion",
+            f"is {crd.get('apiVersion')!r}, must be 'apiextensions.k8s.io/v1' "
+            "(v1beta1 CRDs were removed in Kubernetes 1.22)",
+        )
     if crd.get("kind") != "CustomResourceDefinition":
         add("kind", f"is {crd.get('kind')!r}, must be 'CustomResourceDefinition'")
     spec = crd.get("spec")
@@ -604,9 +735,12 @@ def check_structural(crd: dict[str, Any]) -> list[str]:
     # objectmeta.go: kubectl's client-side apply copies the object into an annotation limited to 256 KiB.
     size = len(json.dumps(crd, separators=(",", ":")))
     if size > ANNOTATION_SIZE_LIMIT:
-        add("metadata.annotations", f"the CRD is {size} bytes; client-side `kubectl apply` stores it in "
+        add(
+            "metadata.annotations",
+            f"the CRD is {size} bytes; client-side `kubectl apply` stores it in "
             "the last-applied-configuration annotation and fails with 'Too long: must have at most 262144 "
-            "bytes'; shrink the schema or document `kubectl apply --server-side`")
+            "bytes'; shrink the schema or document `kubectl apply --server-side`",
+        )
     return out
 
 
@@ -615,8 +749,10 @@ def _check_meta_and_group(crd: Schema, group: Any, names: Schema, add: Report) -
     meta = _mapping(crd.get("metadata"))
     required = f"{names.get('plural')}.{group}"
     if meta.get("name") != required:
-        add("metadata.name",
-            f"is {meta.get('name')!r}, must be spec.names.plural+\".\"+spec.group = {required!r}")
+        add(
+            "metadata.name",
+            f'is {meta.get("name")!r}, must be spec.names.plural+"."+spec.group = {required!r}',
+        )
     # validateCustomResourceDefinitionSpec: group is a DNS subdomain with at least one dot.
     if not _dns1123_subdomain(group) or "." not in str(group):
         add("spec.group", f"is {group!r}, must be a DNS subdomain with at least one dot (e.g. qosd.io)")
@@ -636,8 +772,10 @@ def _check_names(names: Schema, add: Report) -> None:
             add(f"spec.names.{key}", f"{names[key]!r} must be a lowercase DNS-1035 label (a-z, 0-9, '-')")
     for key in ("kind", "listKind"):
         if names.get(key) and not _dns1035(str(names[key]).lower()):
-            add(f"spec.names.{key}",
-                f"{names[key]!r} may have mixed case, but should otherwise be a DNS-1035 label")
+            add(
+                f"spec.names.{key}",
+                f"{names[key]!r} may have mixed case, but should otherwise be a DNS-1035 label",
+            )
     if names.get("kind") and names.get("kind") == names.get("listKind"):
         add("spec.names.listKind", "kind and listKind may not be the same")
     for key in ("shortNames", "categories"):
@@ -665,8 +803,11 @@ def _check_versions(versions: list[Any], add: Report) -> None:
                 add(f"spec.versions[{i}].{flag}", "is required and must be true or false")
         storage += version.get("storage") is True
     if storage != 1:
-        add("spec.versions", f"{storage} versions are marked storage: true; must have exactly one version "
-            "marked as storage version")
+        add(
+            "spec.versions",
+            f"{storage} versions are marked storage: true; must have exactly one version "
+            "marked as storage version",
+        )
 
 
 def _check_version(version: Schema, path: str, add: Report) -> None:
@@ -674,12 +815,18 @@ def _check_version(version: Schema, path: str, add: Report) -> None:
     status_enabled = isinstance(subresources, dict) and isinstance(subresources.get("status"), dict)
     if not status_enabled:
         # qosd's own requirement: daemons write per-node results through /status (404 without it).
-        add(f"{path}.subresources.status", "is missing; qosd writes policy status through the status "
-            "subresource, so set subresources: {status: {}}")
+        add(
+            f"{path}.subresources.status",
+            "is missing; qosd writes policy status through the status "
+            "subresource, so set subresources: {status: {}}",
+        )
     for i, column in enumerate(version.get("additionalPrinterColumns") or []):
         _check_column(column, f"{path}.additionalPrinterColumns[{i}]", add)
-    schema = (version.get("schema") or {}).get("openAPIV3Schema") if isinstance(version.get("schema"), dict) \
+    schema = (
+        (version.get("schema") or {}).get("openAPIV3Schema")
+        if isinstance(version.get("schema"), dict)
         else None
+    )
     if schema is None:
         # validateCustomResourceDefinitionSpec (v1): "schemas are required".
         add(f"{path}.schema.openAPIV3Schema", "is required: schemas are required in apiextensions.k8s.io/v1")
@@ -690,9 +837,12 @@ def _check_version(version: Schema, path: str, add: Report) -> None:
             # validateCustomResourceDefinitionValidation: restricted root when status is a subresource.
             for key in schema:
                 if key not in _ROOT_ALLOWED_WITH_STATUS:
-                    add(f"{spath}.{key}", "only description, type, properties, required, "
+                    add(
+                        f"{spath}.{key}",
+                        "only description, type, properties, required, "
                         "x-kubernetes-validations and scalar validations are allowed at the root of the "
-                        "schema if the status subresource is enabled")
+                        "schema if the status subresource is enabled",
+                    )
         if schema.get("nullable") is True:
             add(f"{spath}.nullable", "nullable cannot be true at the root")
     _check_schema(schema, spath, _ROOT, add)
@@ -706,11 +856,15 @@ def _check_column(column: Any, path: str, add: Report) -> None:
     if not column.get("name"):
         add(f"{path}.name", "is required")
     if column.get("type") not in PRINTER_COLUMN_TYPES:
-        add(f"{path}.type",
-            f"is {column.get('type')!r}, must be one of {', '.join(sorted(PRINTER_COLUMN_TYPES))}")
+        add(
+            f"{path}.type",
+            f"is {column.get('type')!r}, must be one of {', '.join(sorted(PRINTER_COLUMN_TYPES))}",
+        )
     if column.get("format") and column["format"] not in PRINTER_COLUMN_FORMATS:
-        add(f"{path}.format",
-            f"is {column['format']!r}, must be one of {', '.join(sorted(PRINTER_COLUMN_FORMATS))}")
+        add(
+            f"{path}.format",
+            f"is {column['format']!r}, must be one of {', '.join(sorted(PRINTER_COLUMN_FORMATS))}",
+        )
     json_path = column.get("jsonPath")
     if not json_path:
         add(f"{path}.jsonPath", "is required")
@@ -719,8 +873,11 @@ def _check_column(column: Any, path: str, add: Report) -> None:
     elif not _COLUMN_PATH.match(json_path):
         # Stricter than admission: tableconvertor.New fails to parse it and the server silently falls back
         # to NAME/AGE only (logged at V(2)), so the column just disappears from `kubectl get`.
-        add(f"{path}.jsonPath", f"{json_path!r} is not a JSONPath the API server can parse (expected "
-            ".field, [0], [*] or [?(@.key==\"value\")] segments); kubectl get would silently drop the column")
+        add(
+            f"{path}.jsonPath",
+            f"{json_path!r} is not a JSONPath the API server can parse (expected "
+            '.field, [0], [*] or [?(@.key=="value")] segments); kubectl get would silently drop the column',
+        )
 
 
 def _check_keywords(s: Schema, path: str, add: Report) -> None:
@@ -730,27 +887,45 @@ def _check_keywords(s: Schema, path: str, add: Report) -> None:
             # validation.go specStandardValidatorV3.validate / convert.go validateUnsupportedFields.
             add(f"{path}.{key}", f"Forbidden: {_UNSUPPORTED_KEYS[key]}; inline the schema instead")
         elif key not in JSON_SCHEMA_PROPS_KEYS:
-            add(f"{path}.{key}", "is not a JSONSchemaProps field; the API server drops it (or rejects the "
+            add(
+                f"{path}.{key}",
+                "is not a JSONSchemaProps field; the API server drops it (or rejects the "
                 "CRD under strict field validation). JSON Schema 2020-12 keywords such as const, $defs, "
-                "prefixItems and examples have no place in a CRD")
+                "prefixItems and examples have no place in a CRD",
+            )
     declared = s.get("type")
     if declared is not None:
         if not isinstance(declared, str):
-            add(f"{path}.type", f"is {declared!r}; a CRD type is one string (no type lists: use "
-                "x-kubernetes-int-or-string or x-kubernetes-preserve-unknown-fields)")
+            add(
+                f"{path}.type",
+                f"is {declared!r}; a CRD type is one string (no type lists: use "
+                "x-kubernetes-int-or-string or x-kubernetes-preserve-unknown-fields)",
+            )
         elif declared == "null":
             add(f"{path}.type", "type cannot be set to null, use nullable as an alternative")
         elif declared not in _OPENAPI_TYPES:
             add(f"{path}.type", f"{declared!r} is not one of {', '.join(sorted(_OPENAPI_TYPES))}")
     if s.get("uniqueItems") is True:
         # ValidateCustomResourceDefinitionOpenAPISchema.
-        add(f"{path}.uniqueItems", "uniqueItems cannot be set to true since the runtime complexity becomes "
-            "quadratic; use x-kubernetes-list-type: set")
-    for key in ("exclusiveMinimum", "exclusiveMaximum", "nullable", _PRESERVE, _INT_OR_STRING,
-                "x-kubernetes-embedded-resource"):
+        add(
+            f"{path}.uniqueItems",
+            "uniqueItems cannot be set to true since the runtime complexity becomes "
+            "quadratic; use x-kubernetes-list-type: set",
+        )
+    for key in (
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "nullable",
+        _PRESERVE,
+        _INT_OR_STRING,
+        "x-kubernetes-embedded-resource",
+    ):
         if key in s and not isinstance(s[key], bool):
-            add(f"{path}.{key}", f"is {s[key]!r}, must be true or false (OpenAPI v3.0: exclusiveMinimum "
-                "is a flag next to minimum, not a number)")
+            add(
+                f"{path}.{key}",
+                f"is {s[key]!r}, must be true or false (OpenAPI v3.0: exclusiveMinimum "
+                "is a flag next to minimum, not a number)",
+            )
     for key in ("minimum", "maximum", "multipleOf"):
         if key in s and (isinstance(s[key], bool) or not isinstance(s[key], (int, float))):
             add(f"{path}.{key}", f"is {s[key]!r}, must be a number")
@@ -771,8 +946,11 @@ def _check_keywords(s: Schema, path: str, add: Report) -> None:
         except (re.error, TypeError):
             valid = False
         if not valid:
-            add(f"{path}.pattern", f"{pattern!r} must be a valid regular expression in Go's RE2 syntax "
-                "(no lookaround, backreferences or possessive quantifiers)")
+            add(
+                f"{path}.pattern",
+                f"{pattern!r} must be a valid regular expression in Go's RE2 syntax "
+                "(no lookaround, backreferences or possessive quantifiers)",
+            )
     if s.get(_PRESERVE) is False:
         add(f"{path}.{_PRESERVE}", "must be true or undefined")
 
@@ -788,25 +966,36 @@ def _check_schema(s: Any, path: str, level: str, add: Report) -> None:
     if int_or_string and preserve:
         add(f"{path}.{_PRESERVE}", "must be false if x-kubernetes-int-or-string is true")
     if not declared and not int_or_string and not preserve:
-        detail = {_ROOT: "must not be empty at the root",
-                  _ITEM: "must not be empty for specified array items",
-                  _FIELD: "must not be empty for specified object fields"}[level]
-        add(f"{path}.type", f"Required value: {detail} (or set x-kubernetes-int-or-string / "
-            "x-kubernetes-preserve-unknown-fields: true)")
+        detail = {
+            _ROOT: "must not be empty at the root",
+            _ITEM: "must not be empty for specified array items",
+            _FIELD: "must not be empty for specified object fields",
+        }[level]
+        add(
+            f"{path}.type",
+            f"Required value: {detail} (or set x-kubernetes-int-or-string / "
+            "x-kubernetes-preserve-unknown-fields: true)",
+        )
     if level == _ROOT and declared and declared != "object":
         add(f"{path}.type", f"is {declared!r}, must be object at the root")
     if s.get("x-kubernetes-embedded-resource") is True:
         if declared != "object":
             add(f"{path}.type", "must be object if x-kubernetes-embedded-resource is true")
         if not preserve and not s.get("properties"):
-            add(f"{path}.properties", "must not be empty if x-kubernetes-embedded-resource is true without "
-                "x-kubernetes-preserve-unknown-fields")
+            add(
+                f"{path}.properties",
+                "must not be empty if x-kubernetes-embedded-resource is true without "
+                "x-kubernetes-preserve-unknown-fields",
+            )
     props = s.get("properties")
     extra = s.get("additionalProperties")
     if extra is not None:
         if props and (extra is False or isinstance(extra, dict)):
-            add(f"{path}.additionalProperties", "Forbidden: additionalProperties and properties are mutual "
-                "exclusive; drop additionalProperties: false (the API server prunes unknown fields)")
+            add(
+                f"{path}.additionalProperties",
+                "Forbidden: additionalProperties and properties are mutual "
+                "exclusive; drop additionalProperties: false (the API server prunes unknown fields)",
+            )
         if level == _ROOT:
             add(f"{path}.additionalProperties", "Forbidden: must not be used at the root")
         if isinstance(extra, dict):
@@ -828,8 +1017,12 @@ def _check_schema(s: Any, path: str, level: str, add: Report) -> None:
         if level == _ROOT and name == "metadata":
             _check_root_metadata(sub, sub_path, add)
             continue
-        if level == _ROOT and name in ("apiVersion", "kind") and isinstance(sub, dict) \
-                and sub.get("type") != "string":
+        if (
+            level == _ROOT
+            and name in ("apiVersion", "kind")
+            and isinstance(sub, dict)
+            and sub.get("type") != "string"
+        ):
             add(f"{sub_path}.type", f"is {sub.get('type')!r}, must be string")
         _check_schema(sub, sub_path, _FIELD, add)
     _check_list_and_map_types(s, path, add)
@@ -846,14 +1039,20 @@ def _check_root_metadata(m: Any, path: str, add: Report) -> None:
     props = m.get("properties") or {}
     bad = sorted(set(m) - {"type", "properties"}) + sorted(set(props) - {"name", "generateName"})
     if bad:
-        add(path, f"Forbidden: must not specify anything other than name and generateName, but metadata is "
-            f"implicitly specified (found {', '.join(bad)}); use just {{type: object}}")
+        add(
+            path,
+            f"Forbidden: must not specify anything other than name and generateName, but metadata is "
+            f"implicitly specified (found {', '.join(bad)}); use just {{type: object}}",
+        )
 
 
 def _check_list_and_map_types(s: Schema, path: str, add: Report) -> None:
     # ValidateCustomResourceDefinitionOpenAPISchema: x-kubernetes-list-type / map-type rules.
-    list_type, map_type, keys = s.get("x-kubernetes-list-type"), s.get("x-kubernetes-map-type"), \
-        s.get("x-kubernetes-list-map-keys")
+    list_type, map_type, keys = (
+        s.get("x-kubernetes-list-type"),
+        s.get("x-kubernetes-map-type"),
+        s.get("x-kubernetes-list-map-keys"),
+    )
     if map_type is not None:
         if s.get("type") != "object":
             add(f"{path}.type", "must be object if x-kubernetes-map-type is specified")
@@ -870,8 +1069,11 @@ def _check_list_and_map_types(s: Schema, path: str, add: Report) -> None:
     items = _mapping(s.get("items"))
     atomic = items.get("type") == "array" or items.get("x-kubernetes-map-type") == "atomic"
     if list_type == "set" and items.get("type") in ("object", "array") and not atomic:
-        add(f"{path}.items", "must be atomic (scalar, or x-kubernetes-map-type: atomic) as item of a list "
-            "with x-kubernetes-list-type=set")
+        add(
+            f"{path}.items",
+            "must be atomic (scalar, or x-kubernetes-map-type: atomic) as item of a list "
+            "with x-kubernetes-list-type=set",
+        )
     if list_type == "map":
         if not keys:
             add(f"{path}.x-kubernetes-list-map-keys", "must not be empty if x-kubernetes-list-type is map")
@@ -884,8 +1086,11 @@ def _check_list_and_map_types(s: Schema, path: str, add: Report) -> None:
             elif item_props[key].get("type") in ("object", "array"):
                 add(f"{path}.items.properties[{key}].type", "must be a scalar type for a list-map key")
             elif key not in (items.get("required") or []) and "default" not in item_props[key]:
-                add(f"{path}.items.properties[{key}].default", "this property is in "
-                    "x-kubernetes-list-map-keys, so it must have a default or be a required property")
+                add(
+                    f"{path}.items.properties[{key}].default",
+                    "this property is in "
+                    "x-kubernetes-list-map-keys, so it must have a default or be a required property",
+                )
 
 
 def _is_int_or_string_pattern(branches: Any) -> bool:
@@ -906,8 +1111,13 @@ def _check_junctors(s: Schema, path: str, structural: Schema | None, add: Report
         if key == "anyOf" and int_or_string and _is_int_or_string_pattern(branches):
             continue
         for i, branch in enumerate(branches):
-            skip_any_of = (key == "allOf" and i == 0 and int_or_string and isinstance(branch, dict)
-                           and _is_int_or_string_pattern(branch.get("anyOf")))
+            skip_any_of = (
+                key == "allOf"
+                and i == 0
+                and int_or_string
+                and isinstance(branch, dict)
+                and _is_int_or_string_pattern(branch.get("anyOf"))
+            )
             _check_nested(branch, f"{path}.{key}[{i}]", structural, add, skip_any_of)
     if "not" in s:
         _check_nested(s["not"], f"{path}.not", structural, add, False)
@@ -921,8 +1131,11 @@ def _check_nested(v: Any, path: str, structural: Schema | None, add: Report, ski
     _check_keywords(v, path, add)
     for key, why in _NESTED_FORBIDDEN.items():
         if key in v and not (key == "type" and skip_any_of):
-            add(f"{path}.{key}", f"Forbidden: {why} (inside allOf/anyOf/oneOf/not only value validations "
-                "such as enum, pattern, minimum, required are allowed)")
+            add(
+                f"{path}.{key}",
+                f"Forbidden: {why} (inside allOf/anyOf/oneOf/not only value validations "
+                "such as enum, pattern, minimum, required are allowed)",
+            )
     s_props = (structural or {}).get("properties") or {}
     for name, sub in (v.get("properties") or {}).items():
         sub_path = f"{path}.properties[{name}]"
@@ -930,14 +1143,19 @@ def _check_nested(v: Any, path: str, structural: Schema | None, add: Report, ski
             add(sub_path, "Forbidden: must not be specified in a nested context")
         if name not in s_props:
             # complete.go: every field named under a junctor must exist in the structural schema.
-            add(sub_path, "Required value: the property must also be specified outside of "
-                "allOf/anyOf/oneOf/not (structural schemas are complete)")
+            add(
+                sub_path,
+                "Required value: the property must also be specified outside of "
+                "allOf/anyOf/oneOf/not (structural schemas are complete)",
+            )
         _check_nested(sub, sub_path, s_props.get(name), add, False)
     if "items" in v:
         s_items = (structural or {}).get("items")
         if not isinstance(s_items, dict):
-            add(f"{path}.items",
-                "Required value: items must also be specified outside of allOf/anyOf/oneOf/not")
+            add(
+                f"{path}.items",
+                "Required value: items must also be specified outside of allOf/anyOf/oneOf/not",
+            )
         _check_nested(v["items"], f"{path}.items", s_items if isinstance(s_items, dict) else None, add, False)
     if skip_any_of:
         v = {k: val for k, val in v.items() if k != "anyOf"}

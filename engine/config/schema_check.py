@@ -33,31 +33,45 @@ def validator(kind: str) -> Draft202012Validator:
     return Draft202012Validator(inline_refs(load_schema(kind)))
 
 
+def ref_targets(node: Any) -> set[str]:
+    """Names of the ``#/$defs/...`` definitions referenced anywhere inside ``node``."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            found.add(ref.removeprefix("#/$defs/"))
+        for value in node.values():
+            found |= ref_targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= ref_targets(value)
+    return found
+
+
+def recursive_defs(defs: dict[str, Any]) -> set[str]:
+    """Definitions that reach themselves through ``$ref``: they cannot be inlined
+    (into a finite CRD, or into the schema validation uses)."""
+    edges = {name: ref_targets(body) for name, body in defs.items()}
+    recursive: set[str] = set()
+    for start in edges:
+        seen: set[str] = set()
+        todo = list(edges[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                recursive.add(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo.extend(edges.get(name, ()))
+    return recursive
+
+
 def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``schema`` with every ``#/$defs/`` reference inlined, except recursive ones."""
     defs: dict[str, Any] = schema.get("$defs", {})
 
-    def refs(node: Any) -> set[str]:
-        if isinstance(node, dict):
-            found = {node["$ref"][8:]} if str(node.get("$ref", "")).startswith("#/$defs/") else set()
-            return found.union(*(refs(v) for v in node.values()))
-        if isinstance(node, list):
-            return set().union(*(refs(v) for v in node))
-        return set()
-
-    direct = {name: refs(body) for name, body in defs.items()}
-    recursive: set[str] = set()
-    for name in defs:
-        seen: set[str] = set()
-        stack = list(direct[name])
-        while stack:
-            current = stack.pop()
-            if current == name:
-                recursive.add(name)
-                break
-            if current not in seen and current in direct:
-                seen.add(current)
-                stack.extend(direct[current])
+    recursive = recursive_defs(defs)
 
     def inline(node: Any) -> Any:
         if isinstance(node, dict):
