@@ -400,6 +400,9 @@ CASES = [
         6,
         51,
     ),
+    ("equals on a number", "enhancements:\n  - {name: a, type: number, equals: 'yes'}\n", "equals only applies to bool enhancements", "", 6, 39),
+    ("values on a bool", "enhancements:\n  - {name: a, type: bool, values: [x]}\n", "values only applies to string enhancements", "", 6, 29),
+    ("empty range", "enhancements:\n  - {name: a, type: number, range: [5, 1]}\n", "range [5, 1] is empty", "", 6, 31),
     # ---- pools
     (
         "overlapping static cpus",
@@ -473,6 +476,7 @@ CASES = [
         6,
         35,
     ),
+    ("template pool with a static list", "pools:\n  - {name: a, template: true, cpus: {list: '0-1'}}\n", "a template pool cannot have a static cpu list", "use a count", 6, 27),
     # ---- reclaim and actions
     (
         "reclaim min above max",
@@ -522,6 +526,11 @@ CASES = [
         7,
         14,
     ),
+    ("setCgroup class missing", "rules:\n  - name: r\n    then: {setCgroup: {target: {class: nope}, values: {cpu.shares: 2}}}\n", "class 'nope' is not defined", "", 7, 42),
+    ("setResctrl class missing", "rules:\n  - name: r\n    then: {setResctrl: {class: nope, mbPercent: 50}}\n", "class 'nope' is not defined", "", 7, 34),
+    ("setResctrl empty l3 range", "rules:\n  - name: r\n    then: {setResctrl: {group: g, l3Percent: [50, 50]}}\n", "l3Percent [50, 50] is empty", "", 7, 37),
+    ("comparison without operator", "rules:\n  - name: r\n    when: {node.cpu.usage_percent: {window: 5m}}\n    then: {notify: {}}\n", "condition on 'node.cpu.usage_percent' has no operator", "use one of eq", 7, 14),
+    ("string fact compared with a number", "rules:\n  - name: r\n    when: {pod.class: {eq: 3}}\n    then: {notify: {}}\n", "'pod.class' is a string but eq compares it with 3", "", 7, 30),
 ]
 
 
