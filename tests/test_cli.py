@@ -149,3 +149,25 @@ def test_console_entry_point_runs_as_a_module() -> None:
         [sys.executable, "-m", "engine.cli", "--version"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0 and proc.stdout.startswith("qosd ")
+
+
+def test_render_for_a_facts_snapshot_uses_its_topology(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Templates see the node's topology sizes, derived from the snapshot's CPU list."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        policy_text(
+            """
+            pools:
+              - {name: reclaim, size: {remainder: true, min: "{{ [4, node.numa_count * 3] | max }}"}}
+              - {name: reserve, cpus: {count: "{{ node.sockets }}"}}
+            """
+        )
+    )
+    cpus = ", ".join(f"{{id: {i}, core: {i // 2}, socket: {i // 4}, numa: {i // 2}}}" for i in range(8))
+    node = tmp_path / "facts.yaml"
+    node.write_text(f"node:\n  name: n8\n  capacity: {{cpu: 8, memory: 34359738368}}\n  topology:\n    cpus: [{cpus}]\n")
+    code, out, err = run(capsys, "render", "--no-builtin", "--node", str(node), "--output", "json", str(policy))
+    assert code == 0, err
+    pools = {p["name"]: p for p in json.loads(out)["spec"]["pools"]}
+    assert pools["reclaim"]["size"]["min"] == 12  # 4 NUMA nodes
+    assert pools["reserve"]["cpus"]["count"] == 2  # 2 sockets
