@@ -56,12 +56,8 @@ def yaml_with_origins(policy: Policy) -> str:
                         prefix = f"{pad}- " if first else f"{pad}  "
                         first = False
                         kp = (*sub_path, key)
-                        if (
-                            (isinstance(sub, Mapping)
-                            and sub)
-                            or (isinstance(sub, list)
-                            and sub
-                            and _complex(sub))
+                        if (isinstance(sub, Mapping) and sub) or (
+                            isinstance(sub, list) and sub and _complex(sub)
                         ):
                             lines.append(f"{prefix}{_scalar(key)}:{origin(kp)}")
                             emit(sub, kp, indent + 2)

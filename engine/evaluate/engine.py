@@ -1,0 +1,341 @@
+"""Evaluation: (compiled policy, snapshot, engine state) -> intents and the next state.
+
+This is the one code path of the daemon, ``qosd eval``, ``qosd simulate`` and ``qosd test``. Per rule
+it evaluates the compiled condition for each item of the rule's scope (the node, each NUMA node, pod
+or container), applies ``for`` (sustain), ``clearWhen`` and hysteresis (latches), ``cooldown`` and
+rate limits, then runs the rule's actions. Evictions of all rules in one tick share one round: a pod
+is chosen at most once, and pods already being evicted count as released.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from engine.config.conditions import comparisons
+from engine.config.policy import Policy
+from engine.evaluate.classify import Classifier
+from engine.evaluate.compiler import CompiledRule, compile_rules, observe
+from engine.evaluate.factview import EMPTY_ITEM, FactViews, ItemFacts
+from engine.evaluate.state import EngineState, Evicting, item_key
+from engine.model.facts import Snapshot, Workload
+from engine.model.intents import EvictIntent, Intent, NodeIntent, Provenance
+from engine.strategies.eviction import Candidate, Round, choose
+
+ACTIVE_PHASES = ("Running", "Pending")
+EVICTING_TTL = 600.0  # forget an eviction record after this long even if the pod lingers
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A rule that matched but did not act, and why (cooldown, rate limit, unsupported action)."""
+
+    rule: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class WorkloadIssue:
+    uid: str
+    name: str
+    class_name: str | None
+    errors: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uid": self.uid, "name": self.name, "class": self.class_name, "errors": list(self.errors)}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    time: float
+    policy_hash: str
+    generation: int
+    intents: tuple[Intent, ...]
+    state: EngineState
+    fired: tuple[str, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+    workload_issues: tuple[WorkloadIssue, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "policy": {"hash": self.policy_hash, "generation": self.generation},
+            "fired": list(self.fired),
+            "intents": [i.to_dict() for i in self.intents],
+            "skipped": [s.to_dict() for s in self.skipped],
+            "workloadIssues": [w.to_dict() for w in self.workload_issues],
+        }
+
+
+@dataclass
+class _Tick:
+    """Mutable working copy of the engine state for one evaluation."""
+
+    now: float
+    held: dict[str, float]
+    latched: set[str]
+    last_fired: dict[str, float]
+    fired_at: dict[str, tuple[float, ...]]
+    evicting: dict[str, Evicting]
+    intents: list[Intent] = field(default_factory=list)
+    fired: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    round: Round = field(default_factory=Round)
+
+
+class Engine:
+    """One compiled policy generation. Build it once per reload; call ``evaluate`` every tick."""
+
+    def __init__(self, policy: Policy, generation: int = 0):
+        self.policy = policy
+        self.generation = generation
+        self.classifier = Classifier(policy)
+        self.rules: tuple[CompiledRule, ...] = compile_rules(policy)
+        self.uses_class_facts = any(
+            c.spec.scope == "class"
+            for r in policy.rules
+            for c in comparisons(r.when) + comparisons(r.clear_when)
+        )
+        self._static: dict[int, Any] = {}
+
+    def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
+        views = FactViews(snap, self.classifier, self._static)
+        now = snap.time
+        live = snap.by_uid
+        t = _Tick(
+            now=now,
+            held=dict(state.held_since),
+            latched=set(state.latched),
+            last_fired=dict(state.last_fired),
+            fired_at=dict(state.fired_at),
+            evicting={
+                uid: rec
+                for uid, rec in state.evicting.items()
+                if uid in live and live[uid].phase in ACTIVE_PHASES and now - rec.since < EVICTING_TTL
+            },
+        )
+        classes = views.classes if self.uses_class_facts else MappingProxyType({})
+        for cr in self.rules:
+            self._run_rule(cr, snap, views, classes, t)
+        new_state = EngineState(
+            held_since=MappingProxyType(t.held),
+            latched=frozenset(t.latched),
+            last_fired=MappingProxyType(t.last_fired),
+            fired_at=t.fired_at,
+            evicting=t.evicting,
+        )
+        return Evaluation(
+            now,
+            self.policy.hash,
+            self.generation,
+            tuple(t.intents),
+            new_state,
+            tuple(t.fired),
+            tuple(t.skipped),
+            self._issues(snap),
+        )
+
+    def _issues(self, snap: Snapshot) -> tuple[WorkloadIssue, ...]:
+        out = []
+        for w in snap.workloads:
+            c = self.classifier.classify(w)
+            if c.errors:
+                out.append(WorkloadIssue(w.uid, w.key, c.class_name, c.errors))
+        return tuple(out)
+
+    # ---------------------------------------------------------------- rules
+
+    def _items(
+        self, scope: str, snap: Snapshot, views: FactViews
+    ) -> Iterator[tuple[str | None, Any, Workload | None]]:
+        if scope == "node":
+            yield None, EMPTY_ITEM, None
+        elif scope == "numa":
+            for nid, facts in views.numa.items():
+                yield str(nid), facts, None
+        elif scope == "pod":
+            for w in snap.workloads:
+                if w.phase in ACTIVE_PHASES:
+                    yield w.key, views.pod(w), w
+        else:
+            for w in snap.workloads:
+                if w.phase in ACTIVE_PHASES:
+                    for c in w.containers:
+                        yield f"{w.key}/{c.name}", views.container(w, c.name), w
+
+    def _run_rule(
+        self, cr: CompiledRule, snap: Snapshot, views: FactViews, classes: Mapping[str, Any], t: _Tick
+    ) -> None:
+        rule = cr.rule
+        node = views.node
+        matched: list[tuple[str | None, Any, Workload | None, bool]] = []
+        for key, facts, workload in self._items(rule.scope, snap, views):
+            k = item_key(rule.name, key)
+            latched = k in t.latched
+            held = True if cr.when is None else cr.when(node, classes, facts, latched)
+            if latched and cr.clear is not None:
+                held = not cr.clear(node, classes, facts, False)
+            if not held:
+                t.held.pop(k, None)
+                t.latched.discard(k)
+                continue
+            since = t.held.setdefault(k, t.now)
+            if t.now - since >= rule.sustain:
+                matched.append((key, facts, workload, latched))
+        if not matched:
+            return
+        if rule.cooldown and rule.name in t.last_fired and t.now - t.last_fired[rule.name] < rule.cooldown:
+            left = rule.cooldown - (t.now - t.last_fired[rule.name])
+            t.skipped.append(Skipped(rule.name, f"cooldown: {left:g}s of {rule.cooldown:g}s left"))
+            return
+        if rule.per_window is not None:
+            count, window = rule.per_window
+            recent = tuple(x for x in t.fired_at.get(rule.name, ()) if t.now - x < window)
+            t.fired_at[rule.name] = recent
+            if len(recent) >= count:
+                t.skipped.append(Skipped(rule.name, f"rate limit: fired {len(recent)} times in {window:g}s"))
+                return
+        acted = False
+        for action in rule.actions:
+            if action.kind == "evict":
+                acted |= self._evict(cr, action.params, snap, views, classes, matched, t)
+            elif action.kind in ("taint", "condition", "notify"):
+                acted |= self._node_action(cr, action.kind, action.params, views, classes, matched, t)
+            else:
+                t.skipped.append(
+                    Skipped(rule.name, f"action {action.kind!r} has no strategy in this version of qosd yet")
+                )
+        for key, *_ in matched:
+            t.latched.add(item_key(rule.name, key))
+        if acted:
+            t.fired.append(rule.name)
+            t.last_fired[rule.name] = t.now
+            t.fired_at[rule.name] = (*t.fired_at.get(rule.name, ()), t.now)
+
+    def _provenance(
+        self,
+        cr: CompiledRule,
+        item: str | None,
+        node: Mapping[str, Any],
+        classes: Mapping[str, Any],
+        facts: Any,
+        latched: bool,
+        inputs: Mapping[str, Any],
+    ) -> Provenance:
+        rule = cr.rule
+        return Provenance(
+            rule=rule.name,
+            policy_hash=self.policy.hash,
+            generation=self.generation,
+            source=str(rule.origin),
+            mode=rule.mode,
+            item=item,
+            conditions=observe(rule.when, node, classes, facts, latched),
+            inputs=MappingProxyType(dict(inputs)),
+        )
+
+    def _node_action(
+        self,
+        cr: CompiledRule,
+        kind: str,
+        params: Mapping[str, Any],
+        views: FactViews,
+        classes: Mapping[str, Any],
+        matched: list[tuple[str | None, Any, Workload | None, bool]],
+        t: _Tick,
+    ) -> bool:
+        """Taints and conditions hold while the rule is latched; an Event is sent when it first fires."""
+        key, facts, _, latched = matched[0]
+        if kind == "notify" and latched:
+            return False
+        t.intents.append(
+            NodeIntent(
+                kind,
+                MappingProxyType(dict(params)),
+                self._provenance(cr, key, views.node, classes, facts, latched, {}),
+            )
+        )
+        return True
+
+    def _evict(
+        self,
+        cr: CompiledRule,
+        params: Mapping[str, Any],
+        snap: Snapshot,
+        views: FactViews,
+        classes: Mapping[str, Any],
+        matched: list[tuple[str | None, Any, Workload | None, bool]],
+        t: _Tick,
+    ) -> bool:
+        rule = cr.rule
+        audit = rule.mode == "audit"
+        limit_values = [v for v in (params.get("maxPerRound"), rule.per_round) if v is not None]
+        has_target = bool((params.get("release") or {}).keys() & {"lowerPercent", "amount"})
+        limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
+        pending = {uid: rec.credit for uid, rec in t.evicting.items()}
+        all_candidates: list[Candidate] | None = None
+        new = 0
+        groups: list[tuple[str | None, Any, list[Candidate], bool]] = []
+        if rule.scope in ("pod", "container"):
+            seen: dict[str, Candidate] = {}
+            for _, _, w, _ in matched:
+                if w is not None and w.uid not in seen:
+                    seen[w.uid] = self._candidate(w, views)
+            key, facts, _, latched = matched[0]
+            groups.append((key, facts, list(seen.values()), latched))
+        else:
+            all_candidates = [self._candidate(w, views) for w in snap.workloads]
+            for key, facts, _, latched in matched:
+                groups.append((key, facts, all_candidates, latched))
+        for key, facts, candidates, latched in groups:
+            scope_facts: Any = (
+                facts if isinstance(facts, ItemFacts) and facts is not EMPTY_ITEM else views.node
+            )
+            choices, release = choose(
+                candidates, params, scope_facts, pending, t.round, int(min(limit, 10**9))
+            )
+            for choice in choices:
+                w = choice.candidate.workload
+                inputs = {
+                    "orderBy": list(params.get("orderBy") or ()),
+                    "candidates": len(candidates),
+                }
+                t.intents.append(
+                    EvictIntent(
+                        uid=w.uid,
+                        namespace=w.namespace,
+                        name=w.name,
+                        class_name=choice.candidate.cls.name if choice.candidate.cls else None,
+                        rank=choice.rank,
+                        ranking=choice.ranking,
+                        credit=choice.credit,
+                        release=release,
+                        grace_period_seconds=params.get("gracePeriodSeconds"),
+                        provenance=self._provenance(cr, key, views.node, classes, facts, latched, inputs),
+                    )
+                )
+                if not audit:
+                    t.round.chosen[w.uid] = rule.name
+                new += 1
+        return new > 0
+
+    def _candidate(self, w: Workload, views: FactViews) -> Candidate:
+        name = self.classifier.classify(w).class_name
+        return Candidate(w, views.pod(w), self.policy.class_index.get(name) if name else None)
+
+
+def record_evictions(state: EngineState, evicted: list[EvictIntent], now: float) -> EngineState:
+    """State after the planner issued these evictions: they count as released until the pods are gone."""
+    if not evicted:
+        return state
+    evicting = dict(state.evicting)
+    for intent in evicted:
+        resource = intent.release.resource if intent.release else "memory"
+        evicting[intent.uid] = Evicting(now, intent.provenance.rule, resource, intent.credit)
+    return EngineState(state.held_since, state.latched, state.last_fired, state.fired_at, evicting)

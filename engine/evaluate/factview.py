@@ -1,0 +1,186 @@
+"""Per-tick views of the facts that conditions read: measured metrics first, then derived facts.
+
+Derived facts fill what collectors need not send: counts from the topology, capacities, percentages
+(memory usage percent is floored to an integer, as Koordinator computes it), pod attributes
+(priority, class, requests, limits) and ratios (usage over request). Pod attributes are cached per
+workload object, so a steady state derives nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from engine.evaluate.classify import Classifier
+from engine.model.facts import EMPTY, FactMap, Snapshot, Workload
+
+RATIOS: Mapping[str, tuple[str, str]] = {
+    "cpu.usage_over_request": ("cpu.usage_cores", "cpu.request_cores"),
+    "memory.usage_over_request": ("memory.usage_bytes", "memory.request_bytes"),
+    "memory.rss_over_request": ("memory.rss_bytes", "memory.request_bytes"),
+}
+
+
+class ItemFacts:
+    """Facts of one NUMA node, pod or container: ``get`` looks in measured, then derived, then ratios."""
+
+    __slots__ = ("derived", "measured")
+
+    def __init__(self, measured: FactMap, derived: FactMap):
+        self.measured = measured
+        self.derived = derived
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.measured.get(key)
+        if value is None:
+            value = self.derived.get(key)
+        if value is None and key in RATIOS:
+            num, den = (self.get(k) for k in RATIOS[key])
+            if num is not None and den:
+                value = num / den
+        return default if value is None else value
+
+
+EMPTY_ITEM = ItemFacts(EMPTY, EMPTY)
+
+
+def _percent_keys(
+    facts: dict[str, Any], usage: str, capacity: float | None, target: str, floor: bool
+) -> None:
+    """target (and its windowed variants) = usage / capacity * 100, when the collector did not send it."""
+    if not capacity:
+        return
+    for key in [k for k in facts if k == usage or k.startswith(usage + "@")]:
+        out = target + key[len(usage) :]
+        if out not in facts and isinstance(facts[key], int | float):
+            pct = facts[key] * 100.0 / capacity
+            facts[out] = math.floor(pct) if floor else pct
+
+
+class FactViews:
+    """Everything conditions and strategies read in one tick, built once per snapshot."""
+
+    def __init__(self, snapshot: Snapshot, classifier: Classifier, static_cache: dict[int, Any]):
+        self.snapshot = snapshot
+        self.classifier = classifier
+        self._static = static_cache
+        self.node: dict[str, Any] = self._node()
+        self._numa: dict[int, ItemFacts] | None = None
+        self._pods: dict[str, ItemFacts] = {}
+        self._classes: dict[str, Any] | None = None
+
+    # ---- node
+    def _node(self) -> dict[str, Any]:
+        snap = self.snapshot
+        facts = dict(snap.metrics.node)
+        topo = snap.topology
+        cap_cpu = snap.node.capacity.get("cpu") or float(len(topo.cpus))
+        cap_mem = snap.node.capacity.get("memory") or float(snap.node.memory) or None
+        facts.setdefault("cpus", len(topo.cpus))
+        facts.setdefault("numa_count", len(topo.numa_ids) or 1)
+        facts.setdefault("sockets", len(topo.sockets) or 1)
+        facts.setdefault("cpu.capacity_cores", cap_cpu)
+        if cap_mem:
+            facts.setdefault("memory.capacity_bytes", cap_mem)
+        if "cpu" in snap.allocatable:
+            facts.setdefault("cpu.allocatable_cores", snap.allocatable["cpu"])
+        if "memory" in snap.allocatable:
+            facts.setdefault("memory.allocatable_bytes", snap.allocatable["memory"])
+        _percent_keys(facts, "cpu.usage_cores", cap_cpu, "cpu.usage_percent", floor=False)
+        _percent_keys(
+            facts, "memory.usage_bytes", facts.get("memory.capacity_bytes"), "memory.usage_percent", True
+        )
+        return facts
+
+    # ---- NUMA nodes
+    @property
+    def numa(self) -> Mapping[int, ItemFacts]:
+        if self._numa is None:
+            topo = self.snapshot.topology
+            out: dict[int, ItemFacts] = {}
+            for nid in topo.numa_ids:
+                measured = dict(self.snapshot.metrics.numa.get(nid, EMPTY))
+                cpus = len(topo.cpus_of_numa(nid))
+                derived: dict[str, Any] = {"id": nid, "cpus": cpus}
+                total = measured.get("memory.total_bytes") or topo.numa_memory.get(nid)
+                if total:
+                    derived["memory.total_bytes"] = total
+                _percent_keys(measured, "memory.usage_bytes", total, "memory.usage_percent", floor=True)
+                _percent_keys(measured, "cpu.usage_cores", cpus, "cpu.usage_percent", floor=False)
+                out[nid] = ItemFacts(measured, derived)
+            self._numa = out
+        return self._numa
+
+    # ---- pods
+    def pod(self, w: Workload) -> ItemFacts:
+        view = self._pods.get(w.uid)
+        if view is None:
+            view = ItemFacts(self.snapshot.metrics.pods.get(w.uid, EMPTY), self._pod_static(w))
+            self._pods[w.uid] = view
+        return view
+
+    def _pod_static(self, w: Workload) -> FactMap:
+        hit = self._static.get(id(w))
+        if hit is not None and hit[0] is w:
+            facts: FactMap = hit[1]
+            return facts
+        cls = self.classifier.classify(w)
+        static: dict[str, Any] = {
+            "priority": w.priority if w.priority is not None else 0,
+            "kube_qos": w.kube_qos,
+            "phase": w.phase,
+            "namespace": w.namespace,
+            "name": w.name,
+            "cpu.request_cores": w.request("cpu"),
+            "memory.request_bytes": w.request("memory"),
+        }
+        if cls.class_name is not None:
+            static["class"] = cls.class_name
+        for resource, key in (("cpu", "cpu.limit_cores"), ("memory", "memory.limit_bytes")):
+            limit = w.limit(resource)
+            if limit is not None:
+                static[key] = limit
+        if len(self._static) > 50_000:
+            self._static.clear()
+        self._static[id(w)] = (w, static)
+        return static
+
+    def container(self, w: Workload, name: str) -> ItemFacts:
+        measured = self.snapshot.metrics.containers.get(f"{w.uid}/{name}", EMPTY)
+        c = next((c for c in w.containers if c.name == name), None)
+        derived: dict[str, Any] = {"name": name}
+        if c is not None:
+            derived["cpu.request_cores"] = c.requests.get("cpu", 0.0)
+            derived["memory.request_bytes"] = c.requests.get("memory", 0.0)
+            if "cpu" in c.limits:
+                derived["cpu.limit_cores"] = c.limits["cpu"]
+            if "memory" in c.limits:
+                derived["memory.limit_bytes"] = c.limits["memory"]
+        return ItemFacts(measured, derived)
+
+    # ---- classes
+    @property
+    def classes(self) -> Mapping[str, Any]:
+        """Flat ``class.<name>.<path>`` facts: sums over the class's pods, then collector values."""
+        if self._classes is None:
+            out: dict[str, Any] = {}
+            for c in self.classifier.policy.classes:
+                out[f"class.{c.name}.pods"] = 0
+            sums = ("cpu.usage_cores", "cpu.request_cores", "memory.usage_bytes", "memory.request_bytes")
+            for w in self.snapshot.workloads:
+                name = self.classifier.classify(w).class_name
+                if name is None or w.phase not in ("Running", "Pending"):
+                    continue
+                out[f"class.{name}.pods"] = out.get(f"class.{name}.pods", 0) + 1
+                view = self.pod(w)
+                for key in sums:
+                    value = view.get(key)
+                    if value is not None:
+                        full = f"class.{name}.{key}"
+                        out[full] = out.get(full, 0.0) + value
+            for name, measured in self.snapshot.metrics.classes.items():
+                for key, value in measured.items():
+                    out[f"class.{name}.{key}"] = value
+            self._classes = out
+        return self._classes

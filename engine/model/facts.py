@@ -1,0 +1,221 @@
+"""The facts of one tick: an immutable Snapshot of topology, workloads and metrics.
+
+Evaluation is a pure function of (policy, snapshot, engine state), so the snapshot is frozen and
+carries everything a decision may read. Metrics are kept as flat mappings per scope item
+("memory.usage_percent" -> 81.0, "cpu.usage_percent@avg:300s" -> 60.2): the compiled conditions read
+them with one dict lookup, and collectors build them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any
+
+from engine.model.node import NodeInfo, node_from_snapshot
+from engine.model.units import parse_duration
+
+FactMap = Mapping[str, Any]
+EMPTY: FactMap = MappingProxyType({})
+AGGREGATES = ("avg", "max", "min")
+
+
+def window_key(path: str, agg: str, seconds: float) -> str:
+    """Flat key of a windowed aggregate, window in canonical seconds: ``cpu.usage_percent@avg:300s``."""
+    return f"{path}@{agg}:{seconds:g}s"
+
+
+@dataclass(frozen=True)
+class Cpu:
+    id: int
+    core: int
+    socket: int
+    numa: int
+    l3: int | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Logical CPUs with their core, socket, NUMA node and L3; memory per NUMA node."""
+
+    cpus: tuple[Cpu, ...]
+    numa_memory: Mapping[int, float] = field(default_factory=dict)
+
+    @cached_property
+    def siblings(self) -> Mapping[int, tuple[int, ...]]:
+        """Hyper-thread siblings of each CPU (itself included), from shared (socket, core)."""
+        by_core: dict[tuple[int, int], list[int]] = {}
+        for c in self.cpus:
+            by_core.setdefault((c.socket, c.core), []).append(c.id)
+        return MappingProxyType({cid: tuple(sorted(ids)) for ids in by_core.values() for cid in ids})
+
+    @property
+    def numa_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({c.numa for c in self.cpus} | set(self.numa_memory)))
+
+    @property
+    def sockets(self) -> tuple[int, ...]:
+        return tuple(sorted({c.socket for c in self.cpus}))
+
+    @property
+    def l3_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({c.l3 for c in self.cpus if c.l3 is not None}))
+
+    def cpus_of_numa(self, numa: int) -> tuple[int, ...]:
+        return tuple(c.id for c in self.cpus if c.numa == numa)
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    id: str = ""
+    requests: Mapping[str, float] = field(default_factory=dict)
+    limits: Mapping[str, float] = field(default_factory=dict)
+    cgroup_path: str = ""
+    init: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """A pod (or, standalone, a cgroup). Identity matters: sources reuse unchanged workloads
+    between ticks, so per-generation caches (classification) key on the object."""
+
+    uid: str
+    name: str
+    namespace: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    priority: int | None = None
+    priority_class_name: str = ""
+    kube_qos: str = "BestEffort"
+    phase: str = "Running"
+    terminating: bool = False
+    cgroup_path: str = ""
+    containers: tuple[Container, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    def request(self, resource: str) -> float:
+        """Sum over app containers (init containers run before them, not alongside)."""
+        return sum(c.requests.get(resource, 0.0) for c in self.containers if not c.init)
+
+    def limit(self, resource: str) -> float | None:
+        """Sum over app containers, or None if any container has no limit (unbounded)."""
+        total = 0.0
+        for c in self.containers:
+            if c.init:
+                continue
+            value = c.limits.get(resource)
+            if value is None:
+                return None
+            total += value
+        return total
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Flat fact maps per scope item; see the module docstring for the key format."""
+
+    node: FactMap = field(default_factory=lambda: EMPTY)
+    numa: Mapping[int, FactMap] = field(default_factory=dict)
+    pods: Mapping[str, FactMap] = field(default_factory=dict)
+    containers: Mapping[str, FactMap] = field(default_factory=dict)
+    classes: Mapping[str, FactMap] = field(default_factory=dict)
+    windows: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float
+    node: NodeInfo
+    topology: Topology
+    workloads: tuple[Workload, ...]
+    metrics: Metrics
+    allocatable: Mapping[str, float] = field(default_factory=dict)
+
+    @cached_property
+    def by_uid(self) -> Mapping[str, Workload]:
+        return MappingProxyType({w.uid: w for w in self.workloads})
+
+
+# ---------------------------------------------------------------- from the facts schema's JSON shape
+
+
+def flatten_metrics(tree: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A metrics subtree (as in facts.schema.json) -> flat keys; series expand to last + aggregates."""
+    out: dict[str, Any] = {}
+    stack: list[tuple[str, Any]] = [("", tree or {})]
+    while stack:
+        path, value = stack.pop()
+        if not isinstance(value, Mapping):
+            out[path] = value
+        elif _is_series(value):
+            out[path] = value["last"]
+            for agg in AGGREGATES:
+                for window, v in (value.get(agg) or {}).items():
+                    out[window_key(path, agg, parse_duration(window))] = v
+        else:
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    return out
+
+
+def _is_series(value: Mapping[str, Any]) -> bool:
+    return "last" in value and set(value) <= {"last", "avg", "max", "min", "samples"}
+
+
+def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
+    """A Snapshot from a schema-valid facts document (see schemas/facts.schema.json)."""
+    node_raw = data.get("node") or {}
+    node = node_from_snapshot(node_raw)
+    topo_raw = node_raw.get("topology") or {}
+    cpus = tuple(
+        Cpu(int(c["id"]), int(c["core"]), int(c["socket"]), int(c["numa"]), c.get("l3"))
+        for c in topo_raw.get("cpus") or []
+    )
+    if not cpus:
+        cpus = tuple(Cpu(i, i, 0, 0) for i in range(node.cpus))
+    numa_memory = {int(n["id"]): float(n.get("memoryBytes", 0)) for n in topo_raw.get("numa") or []}
+    topology = Topology(cpus, numa_memory)
+    workloads = tuple(_workload(w) for w in data.get("workloads") or [])
+    m = data.get("metrics") or {}
+    metrics = Metrics(
+        node=MappingProxyType(flatten_metrics(m.get("node"))),
+        numa={int(k): MappingProxyType(flatten_metrics(v)) for k, v in (m.get("numa") or {}).items()},
+        pods={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("pods") or {}).items()},
+        containers={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("containers") or {}).items()},
+        classes={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("classes") or {}).items()},
+        windows=tuple(m.get("windows") or ()),
+    )
+    allocatable = {k: float(v) for k, v in (node_raw.get("allocatable") or {}).items()}
+    return Snapshot(float(data.get("time", 0.0)), node, topology, workloads, metrics, allocatable)
+
+
+def _workload(w: Mapping[str, Any]) -> Workload:
+    return Workload(
+        uid=str(w["uid"]),
+        name=str(w["name"]),
+        namespace=str(w.get("namespace", "")),
+        labels=MappingProxyType(dict(w.get("labels") or {})),
+        annotations=MappingProxyType(dict(w.get("annotations") or {})),
+        priority=w.get("priority"),
+        priority_class_name=str(w.get("priorityClassName", "")),
+        kube_qos=str(w.get("kubeQoS", "BestEffort")),
+        phase=str(w.get("phase", "Running")),
+        terminating=bool(w.get("terminating", False)),
+        cgroup_path=str(w.get("cgroupPath", "")),
+        containers=tuple(
+            Container(
+                name=str(c["name"]),
+                id=str(c.get("id", "")),
+                requests=MappingProxyType({k: float(v) for k, v in (c.get("requests") or {}).items()}),
+                limits=MappingProxyType({k: float(v) for k, v in (c.get("limits") or {}).items()}),
+                cgroup_path=str(c.get("cgroupPath", "")),
+                init=bool(c.get("init", False)),
+            )
+            for c in w.get("containers") or []
+        ),
+    )

@@ -1,0 +1,146 @@
+"""Intents say what should be true, each with the provenance that makes ``qosd explain`` possible.
+
+An intent names the rule, the policy generation and hash, where the rule was written, what the rule
+matched on (a NUMA node, a pod), the conditions with observed values against thresholds, and the
+inputs of any computation (victim ranking, release arithmetic). Intents are data; the planner turns
+them into operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One comparison as evaluated: what was read, against which threshold, and whether it held."""
+
+    fact: str
+    op: str
+    threshold: Any
+    observed: Any
+    met: bool
+    window: float | None = None
+    agg: str = "last"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "fact": self.fact,
+            "op": self.op,
+            "threshold": self.threshold,
+            "observed": self.observed,
+            "met": self.met,
+        }
+        if self.window is not None:
+            out["window"] = self.window
+            out["agg"] = self.agg
+        return out
+
+
+@dataclass(frozen=True)
+class Provenance:
+    rule: str
+    policy_hash: str
+    generation: int
+    source: str
+    mode: str
+    item: str | None = None
+    conditions: tuple[Observation, ...] = ()
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def audit(self) -> bool:
+        return self.mode == "audit"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "policy": {"hash": self.policy_hash, "generation": self.generation},
+            "source": self.source,
+            "mode": self.mode,
+            "item": self.item,
+            "conditions": [o.to_dict() for o in self.conditions],
+            "inputs": dict(self.inputs),
+        }
+
+
+@dataclass(frozen=True)
+class Release:
+    """Release arithmetic of one eviction round of one rule."""
+
+    resource: str
+    target: float
+    formula: str
+    pending: float
+    released_before: float
+    released_after: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "target": self.target,
+            "formula": self.formula,
+            "pendingCredit": self.pending,
+            "releasedBefore": self.released_before,
+            "releasedAfter": self.released_after,
+        }
+
+
+@dataclass(frozen=True)
+class EvictIntent:
+    uid: str
+    namespace: str
+    name: str
+    class_name: str | None
+    rank: int
+    ranking: tuple[tuple[str, Any], ...]
+    credit: float
+    release: Release | None
+    grace_period_seconds: int | None
+    provenance: Provenance
+
+    kind = "evict"
+
+    @property
+    def target(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "uid": self.uid,
+            "class": self.class_name,
+            "rank": self.rank,
+            "ranking": {k: v for k, v in self.ranking},
+            "credit": self.credit,
+            "release": self.release.to_dict() if self.release else None,
+            "gracePeriodSeconds": self.grace_period_seconds,
+            "provenance": self.provenance.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class NodeIntent:
+    """A node-level side effect: ``taint``, ``condition`` or ``notify`` (an Event)."""
+
+    kind: str
+    params: Mapping[str, Any]
+    provenance: Provenance
+
+    @property
+    def target(self) -> str:
+        return "node"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            **dict(self.params),
+            "provenance": self.provenance.to_dict(),
+        }
+
+
+Intent = EvictIntent | NodeIntent

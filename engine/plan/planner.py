@@ -1,0 +1,130 @@
+"""Intents -> the minimal, ordered operations that make them true, behind guards.
+
+Guards stand between a decision and its side effect: audit-mode rules and dry runs produce no
+operations, protected classes are never evicted (whatever a rule says), and at most
+``eviction_burst`` pods are evicted per tick across all rules (Katalyst's EvictionBurst, 3).
+Everything held back is reported with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config.policy import Policy
+from engine.model.intents import EvictIntent, Intent, NodeIntent
+from engine.model.operations import EmitEvent, EvictPod, Operation, SetNodeCondition, SetNodeTaint
+
+
+@dataclass(frozen=True)
+class Guards:
+    dry_run: bool = False
+    eviction_burst: int = 3
+
+
+@dataclass(frozen=True)
+class Held:
+    """An intent that produced no operation, and why."""
+
+    intent: Intent
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.intent.target,
+            "kind": self.intent.kind,
+            "rule": self.intent.provenance.rule,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    operations: tuple[Operation, ...]
+    held: tuple[Held, ...]
+    evicted: tuple[EvictIntent, ...] = ()  # the evict intents that became operations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "operations": [o.to_dict() for o in self.operations],
+            "held": [h.to_dict() for h in self.held],
+        }
+
+
+def plan(intents: tuple[Intent, ...], policy: Policy, guards: Guards) -> Plan:
+    ops: list[Operation] = []
+    held: list[Held] = []
+    evicts: list[EvictIntent] = []
+    seen: set[tuple[str, str]] = set()
+    for intent in intents:
+        if intent.provenance.audit:
+            held.append(Held(intent, "audit mode: reported, not executed"))
+            continue
+        if guards.dry_run:
+            held.append(Held(intent, "dry run: reported, not executed"))
+            continue
+        if isinstance(intent, EvictIntent):
+            cls = policy.class_index.get(intent.class_name) if intent.class_name else None
+            if cls is not None and cls.protected:
+                held.append(Held(intent, f"class {cls.name} is protected"))
+            elif ("evict", intent.uid) in seen:
+                held.append(Held(intent, "already evicted this tick"))
+            elif len(evicts) >= guards.eviction_burst:
+                held.append(Held(intent, f"eviction burst of {guards.eviction_burst} per tick reached"))
+            else:
+                seen.add(("evict", intent.uid))
+                evicts.append(intent)
+                reason = _evict_reason(intent)
+                ops.append(
+                    EvictPod(
+                        intent.uid,
+                        intent.namespace,
+                        intent.name,
+                        intent.grace_period_seconds,
+                        reason,
+                        intent.provenance.rule,
+                    )
+                )
+            continue
+        op = _node_op(intent)
+        key = (op.kind, getattr(op, "key", "") or getattr(op, "type", "") or getattr(op, "reason", ""))
+        if key in seen:
+            held.append(Held(intent, "same operation already planned this tick"))
+            continue
+        seen.add(key)
+        ops.append(op)
+    return Plan(tuple(ops), tuple(held), tuple(evicts))
+
+
+def _evict_reason(intent: EvictIntent) -> str:
+    p = intent.provenance
+    met = [o for o in p.conditions if o.met]
+    what = ", ".join(
+        f"{o.fact} {o.observed:g} {o.op} {o.threshold:g}" for o in met if _numeric(o.observed, o.threshold)
+    )
+    return f"qosd rule {p.rule}" + (f": {what}" if what else "")
+
+
+def _numeric(*values: Any) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _node_op(intent: NodeIntent) -> Operation:
+    p = dict(intent.params)
+    rule = intent.provenance.rule
+    if intent.kind == "taint":
+        return SetNodeTaint(str(p["key"]), str(p.get("value", "")), str(p["effect"]), rule)
+    if intent.kind == "condition":
+        return SetNodeCondition(
+            str(p["type"]),
+            "True",
+            str(p.get("reason", "QosdRule")),
+            str(p.get("message", f"qosd rule {rule}")),
+            rule,
+        )
+    return EmitEvent(
+        str(p.get("reason", "QosdRule")),
+        str(p.get("message", f"qosd rule {rule} fired")),
+        str(p.get("severity", "Warning")),
+        rule,
+    )

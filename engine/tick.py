@@ -1,0 +1,32 @@
+"""One tick: snapshot -> evaluation -> plan -> next state. The single path every mode runs.
+
+The daemon executes the plan's operations through adapters; ``qosd eval``, ``simulate`` and ``test``
+stop at the plan (or hand it to the recording adapter). Nothing here performs a side effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.evaluate.engine import Engine, Evaluation, record_evictions
+from engine.evaluate.state import EngineState
+from engine.model.facts import Snapshot
+from engine.plan.planner import Guards, Plan, plan
+
+
+@dataclass(frozen=True)
+class TickResult:
+    evaluation: Evaluation
+    plan: Plan
+    state: EngineState
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.evaluation.to_dict(), **self.plan.to_dict()}
+
+
+def run_tick(engine: Engine, snapshot: Snapshot, state: EngineState, guards: Guards) -> TickResult:
+    evaluation = engine.evaluate(snapshot, state)
+    result = plan(evaluation.intents, engine.policy, guards)
+    next_state = record_evictions(evaluation.state, list(result.evicted), snapshot.time)
+    return TickResult(evaluation, result, next_state)
