@@ -18,10 +18,16 @@ from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, validate
 from engine.config.schema_check import schema_problems
+from engine.evaluate.engine import Engine
+from engine.evaluate.state import EngineState
 from engine.model.factnames import registry
 from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
+from engine.output import format_table
+from engine.plan.planner import Guards
 from engine.resources import load_schema
 from engine.sources.localnode import read_local_node
+from engine.sources.snapshot_file import load_snapshot
+from engine.tick import run_tick
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -127,6 +133,38 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    if not args.facts.is_file():
+        raise UsageError(f"facts file {args.facts} does not exist")
+    snapshot = load_snapshot(args.facts)
+    node = snapshot.node.with_labels({PROFILE_LABEL: args.profile}) if args.profile else snapshot.node
+    policy = build_policy(load_documents(args.rules, builtin=not args.no_builtin), node)
+    state = EngineState.from_dict(json.loads(args.state.read_text())) if args.state else EngineState()
+    engine = Engine(policy, backend=args.backend)
+    try:
+        result = run_tick(
+            engine, snapshot, state, Guards(dry_run=args.dry_run, eviction_burst=args.eviction_burst)
+        )
+    finally:
+        engine.backend.close()
+    if args.output == "json":
+        print(
+            json.dumps(
+                {
+                    "apiVersion": "qosd.io/v1alpha1",
+                    "kind": "Evaluation",
+                    **result.to_dict(),
+                    "state": result.state.to_dict(),
+                },
+                indent=2,
+                default=str,
+            )
+        )
+    else:
+        sys.stdout.write(format_table(result))
+    return EXIT_OK
+
+
 def cmd_crd(args: argparse.Namespace) -> int:
     from engine.config.crd import build_crd
 
@@ -180,6 +218,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("kind", nargs="?", choices=("policy", "facts"), default="policy")
     s.add_argument("--names", action="store_true", help="list the fact names conditions may use")
     s.set_defaults(func=cmd_schema)
+
+    e = sub.add_parser("eval", help="evaluate the policy on one facts snapshot; print intents and operations")
+    e.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="rule file or directory (repeatable)",
+    )
+    e.add_argument(
+        "--facts", required=True, type=Path, help="facts snapshot (YAML or JSON, schemas/facts.schema.json)"
+    )
+    e.add_argument("--backend", choices=("python", "durable"), default="python")
+    e.add_argument("--output", choices=("table", "json"), default="table")
+    e.add_argument("--state", type=Path, help="engine state from a previous evaluation's JSON 'state'")
+    e.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
+    e.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL})")
+    e.add_argument("--dry-run", action="store_true", help="plan no operations, report them as held")
+    e.add_argument(
+        "--eviction-burst", type=int, default=3, help="evictions per tick across all rules (default 3)"
+    )
+    e.set_defaults(func=cmd_eval)
 
     c = sub.add_parser("crd", help="print the QoSPolicy CustomResourceDefinition")
     c.add_argument("--output", choices=("yaml", "json"), default="yaml")

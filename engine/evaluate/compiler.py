@@ -82,6 +82,31 @@ class CompiledRule:
     source: str
 
 
+Call = tuple[int, str, Any, bool]  # (rule index, "when" | "clear", item facts, latched)
+
+
+class PythonBackend:
+    """The default evaluator: the generated functions, called in-process."""
+
+    name = "python"
+
+    def __init__(self, rules: tuple[CompiledRule, ...]):
+        self.rules = rules
+
+    def evaluate_many(
+        self, node: Mapping[str, Any], classes: Mapping[str, Any], calls: list[Call]
+    ) -> list[bool]:
+        out: list[bool] = []
+        rules = self.rules
+        for index, which, item, latched in calls:
+            fn = rules[index].when if which == "when" else rules[index].clear
+            out.append(True if fn is None else fn(node, classes, item, latched))
+        return out
+
+    def close(self) -> None:
+        """Nothing to release in-process; the durable backend stops its worker here."""
+
+
 def compile_rules(policy: Policy) -> tuple[CompiledRule, ...]:
     """All rules of a generation, generated into one module and compiled in one go."""
     lines: list[str] = []

@@ -13,12 +13,12 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from engine.config.conditions import comparisons
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
-from engine.evaluate.compiler import CompiledRule, compile_rules, observe
+from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, observe
 from engine.evaluate.factview import EMPTY_ITEM, FactViews, ItemFacts
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
@@ -26,6 +26,30 @@ from engine.model.intents import EvictIntent, Intent, NodeIntent, Provenance
 from engine.strategies.eviction import Candidate, Round, choose
 
 ACTIVE_PHASES = ("Running", "Pending")
+
+
+class Backend(Protocol):
+    """Evaluates batches of compiled conditions: in-process Python, or durable-rules in a worker."""
+
+    name: str
+
+    def evaluate_many(
+        self, node: Mapping[str, Any], classes: Mapping[str, Any], calls: list[Call]
+    ) -> list[bool]: ...
+
+    def close(self) -> None: ...
+
+
+def make_backend(name: str, policy: Policy, rules: tuple[CompiledRule, ...]) -> Backend:
+    if name == "python":
+        return PythonBackend(rules)
+    if name == "durable":
+        from engine.evaluate.durable import DurableBackend
+
+        return DurableBackend(policy, rules)
+    raise ValueError(f"unknown backend {name!r}; use python or durable")
+
+
 EVICTING_TTL = 600.0  # forget an eviction record after this long even if the pod lingers
 
 
@@ -92,11 +116,12 @@ class _Tick:
 class Engine:
     """One compiled policy generation. Build it once per reload; call ``evaluate`` every tick."""
 
-    def __init__(self, policy: Policy, generation: int = 0):
+    def __init__(self, policy: Policy, generation: int = 0, backend: str = "python"):
         self.policy = policy
         self.generation = generation
         self.classifier = Classifier(policy)
         self.rules: tuple[CompiledRule, ...] = compile_rules(policy)
+        self.backend: Backend = make_backend(backend, policy, self.rules)
         self.uses_class_facts = any(
             c.spec.scope == "class"
             for r in policy.rules
@@ -121,8 +146,8 @@ class Engine:
             },
         )
         classes = views.classes if self.uses_class_facts else MappingProxyType({})
-        for cr in self.rules:
-            self._run_rule(cr, snap, views, classes, t)
+        for cr, evaluated in zip(self.rules, self._conditions(snap, views, classes, t), strict=True):
+            self._run_rule(cr, evaluated, snap, views, classes, t)
         new_state = EngineState(
             held_since=MappingProxyType(t.held),
             latched=frozenset(t.latched),
@@ -169,18 +194,49 @@ class Engine:
                     for c in w.containers:
                         yield f"{w.key}/{c.name}", views.container(w, c.name), w
 
+    def _conditions(
+        self, snap: Snapshot, views: FactViews, classes: Mapping[str, Any], t: _Tick
+    ) -> list[list[tuple[str | None, Any, Workload | None, bool, bool]]]:
+        """Phase 1: every rule's conditions over its items, in one batch for the backend.
+
+        Returns per rule the items with (key, facts, workload, latched, holds)."""
+        items_per_rule: list[list[tuple[str | None, Any, Workload | None, bool]]] = []
+        calls: list[Call] = []
+        for index, cr in enumerate(self.rules):
+            items = []
+            for key, facts, workload in self._items(cr.rule.scope, snap, views):
+                latched = item_key(cr.rule.name, key) in t.latched
+                items.append((key, facts, workload, latched))
+                calls.append((index, "when", facts, latched))
+                if latched and cr.clear is not None:
+                    calls.append((index, "clear", facts, False))
+            items_per_rule.append(items)
+        answers = iter(self.backend.evaluate_many(views.node, classes, calls))
+        out = []
+        for index, items in enumerate(items_per_rule):
+            has_clear = self.rules[index].clear is not None
+            evaluated = []
+            for key, facts, workload, latched in items:
+                held = next(answers)
+                if latched and has_clear:
+                    held = not next(answers)
+                evaluated.append((key, facts, workload, latched, held))
+            out.append(evaluated)
+        return out
+
     def _run_rule(
-        self, cr: CompiledRule, snap: Snapshot, views: FactViews, classes: Mapping[str, Any], t: _Tick
+        self,
+        cr: CompiledRule,
+        evaluated: list[tuple[str | None, Any, Workload | None, bool, bool]],
+        snap: Snapshot,
+        views: FactViews,
+        classes: Mapping[str, Any],
+        t: _Tick,
     ) -> None:
         rule = cr.rule
-        node = views.node
         matched: list[tuple[str | None, Any, Workload | None, bool]] = []
-        for key, facts, workload in self._items(rule.scope, snap, views):
+        for key, facts, workload, latched, held in evaluated:
             k = item_key(rule.name, key)
-            latched = k in t.latched
-            held = True if cr.when is None else cr.when(node, classes, facts, latched)
-            if latched and cr.clear is not None:
-                held = not cr.clear(node, classes, facts, False)
             if not held:
                 t.held.pop(k, None)
                 t.latched.discard(k)

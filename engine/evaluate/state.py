@@ -34,9 +34,13 @@ class Evicting:
 
 @dataclass(frozen=True)
 class EngineState:
-    held_since: Mapping[str, float] = field(default_factory=lambda: EMPTY_F)  # rule|item -> when its condition started holding
+    held_since: Mapping[str, float] = field(
+        default_factory=lambda: EMPTY_F
+    )  # rule|item -> when its condition started holding
     latched: frozenset[str] = frozenset()  # rule|item that fired and has not cleared
-    last_fired: Mapping[str, float] = field(default_factory=lambda: EMPTY_F)  # rule -> last firing (cooldown anchor)
+    last_fired: Mapping[str, float] = field(
+        default_factory=lambda: EMPTY_F
+    )  # rule -> last firing (cooldown anchor)
     fired_at: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # rule -> recent firings
     evicting: Mapping[str, Evicting] = field(default_factory=dict)  # pod uid -> eviction under way
 

@@ -151,8 +151,12 @@ def release_target(release: Mapping[str, Any], scope_facts: Any) -> tuple[float,
         return None
     percent = math.floor(percent)
     target = max(capacity * (percent - lower) / 100.0, 0.0)
-    formula = f"{capacity:g} * ({percent} - {lower}) / 100"
+    formula = f"{_plain(capacity)} * ({percent} - {_plain(lower)}) / 100"
     return target, formula, {"capacity": capacity, "usagePercent": percent, "lowerPercent": lower}
+
+
+def _plain(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 @dataclass

@@ -1,0 +1,30 @@
+"""Facts snapshots from files (JSON or YAML), checked against the facts schema with located errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engine.config.errors import Location, PolicyError, Problem
+from engine.config.load import read_file
+from engine.config.schema_check import schema_problems
+from engine.model.facts import Snapshot, snapshot_from_dict
+
+
+def read_facts(path: Path) -> dict[str, Any]:
+    """The validated facts document in ``path`` (exactly one YAML/JSON mapping)."""
+    docs = read_file(path)
+    if len(docs) != 1 or not isinstance(docs[0].data, dict):
+        raise PolicyError(
+            [Problem(Location(str(path), 1, 1), "a facts file holds exactly one YAML or JSON mapping")]
+        )
+    doc = docs[0]
+    problems = schema_problems(doc.data, doc.locate, "facts")
+    if problems:
+        raise PolicyError(problems)
+    data: dict[str, Any] = doc.data
+    return data
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    return snapshot_from_dict(read_facts(path))
