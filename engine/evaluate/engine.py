@@ -24,6 +24,7 @@ from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import EvictIntent, Intent, NodeIntent, Provenance
 from engine.strategies.eviction import Candidate, Round, choose
+from engine.strategies.reclaim import Reclaimable, pod_uses, reclaimable
 
 ACTIVE_PHASES = ("Running", "Pending")
 
@@ -263,6 +264,8 @@ class Engine:
                 acted |= self._evict(cr, action.params, snap, views, classes, matched, t)
             elif action.kind in ("taint", "condition", "notify"):
                 acted |= self._node_action(cr, action.kind, action.params, views, classes, matched, t)
+            elif action.kind == "publish":
+                acted |= self._publish(cr, action.params, snap, views, classes, matched, t)
             else:
                 t.skipped.append(
                     Skipped(rule.name, f"action {action.kind!r} has no strategy in this version of qosd yet")
@@ -317,6 +320,46 @@ class Engine:
                 self._provenance(cr, key, views.node, classes, facts, latched, {}),
             )
         )
+        return True
+
+    def _publish(
+        self,
+        cr: CompiledRule,
+        params: Mapping[str, Any],
+        snap: Snapshot,
+        views: FactViews,
+        classes: Mapping[str, Any],
+        matched: list[tuple[str | None, Any, Workload | None, bool]],
+        t: _Tick,
+    ) -> bool:
+        """Publish reclaimable capacity of one resource under its extended-resource name."""
+        resource = str(params["resource"])
+        reclaim = self.policy.reclaim
+        spec = reclaim.cpu if resource == "cpu" else reclaim.memory
+        if spec is None or not spec.publish_as:
+            return False
+        if reclaim.enabled:
+            pods = [
+                (w, views.pod(w), self._candidate(w, views).cls)
+                for w in snap.workloads
+                if w.phase in ACTIVE_PHASES
+            ]
+            age = views.node.get("reclaim.metrics_age_seconds")
+            result = reclaimable(
+                resource, spec, views.node, pod_uses(pods, resource), age, reclaim.degrade_after
+            )
+        else:
+            result = Reclaimable(resource, None, "reclaim is disabled (spec.reclaim.enabled: false)", {})
+        key, facts, _, latched = matched[0]
+        params_out = {
+            "resource": spec.publish_as,
+            "reclaims": resource,
+            "value": result.value,
+            "unit": "cores" if resource == "cpu" else "bytes",
+            "formula": result.formula,
+        }
+        provenance = self._provenance(cr, key, views.node, classes, facts, latched, result.inputs)
+        t.intents.append(NodeIntent("publish", MappingProxyType(params_out), provenance))
         return True
 
     def _evict(

@@ -88,4 +88,18 @@ class EmitEvent:
         }
 
 
-Operation = EvictPod | SetNodeTaint | SetNodeCondition | EmitEvent
+@dataclass(frozen=True)
+class PublishNodeResource:
+    """Set (or, with quantity None, remove) an extended resource in the node's capacity/allocatable."""
+
+    name: str
+    quantity: str | None
+    rule: str
+
+    kind = "publishNodeResource"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "quantity": self.quantity, "rule": self.rule}
+
+
+Operation = EvictPod | SetNodeTaint | SetNodeCondition | EmitEvent | PublishNodeResource

@@ -13,7 +13,14 @@ from typing import Any
 
 from engine.config.policy import Policy
 from engine.model.intents import EvictIntent, Intent, NodeIntent
-from engine.model.operations import EmitEvent, EvictPod, Operation, SetNodeCondition, SetNodeTaint
+from engine.model.operations import (
+    EmitEvent,
+    EvictPod,
+    Operation,
+    PublishNodeResource,
+    SetNodeCondition,
+    SetNodeTaint,
+)
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,13 @@ def plan(intents: tuple[Intent, ...], policy: Policy, guards: Guards) -> Plan:
                 )
             continue
         op = _node_op(intent)
-        key = (op.kind, getattr(op, "key", "") or getattr(op, "type", "") or getattr(op, "reason", ""))
+        key = (
+            op.kind,
+            getattr(op, "key", "")
+            or getattr(op, "type", "")
+            or getattr(op, "name", "")
+            or getattr(op, "reason", ""),
+        )
         if key in seen:
             held.append(Held(intent, "same operation already planned this tick"))
             continue
@@ -114,6 +127,13 @@ def _node_op(intent: NodeIntent) -> Operation:
     rule = intent.provenance.rule
     if intent.kind == "taint":
         return SetNodeTaint(str(p["key"]), str(p.get("value", "")), str(p["effect"]), rule)
+    if intent.kind == "publish":
+        value = p.get("value")
+        quantity = None
+        if value is not None:
+            # Both anchors publish CPU in milli-cores as an integer, memory in bytes.
+            quantity = str(int(value * 1000)) if p.get("unit") == "cores" else str(int(value))
+        return PublishNodeResource(str(p["resource"]), quantity, rule)
     if intent.kind == "condition":
         return SetNodeCondition(
             str(p["type"]),
