@@ -100,7 +100,12 @@ class PythonBackend:
         rules = self.rules
         for index, which, item, latched in calls:
             fn = rules[index].when if which == "when" else rules[index].clear
-            out.append(True if fn is None else fn(node, classes, item, latched))
+            try:
+                out.append(True if fn is None else fn(node, classes, item, latched))
+            except TypeError:
+                # A collector sent a value of the wrong type (text where a number belongs): the
+                # comparison cannot hold, and one bad metric must not stop the tick.
+                out.append(False)
         return out
 
     def close(self) -> None:
