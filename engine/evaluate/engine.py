@@ -18,13 +18,18 @@ from typing import Any, Protocol
 from engine.config.conditions import comparisons
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
-from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, observe
+from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key, observe
 from engine.evaluate.factview import EMPTY_ITEM, FactViews, ItemFacts
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import EvictIntent, Intent, NodeIntent, Provenance
 from engine.strategies.eviction import Candidate, Round, choose
-from engine.strategies.reclaim import Reclaimable, pod_uses, reclaimable
+from engine.strategies.reclaim import PodUse, Reclaimable, reclaimable
+
+USE_FACTS = {
+    "cpu": ("cpu.usage_cores", "cpu.request_cores"),
+    "memory": ("memory.usage_bytes", "memory.request_bytes"),
+}
 
 ACTIVE_PHASES = ("Running", "Pending")
 
@@ -123,11 +128,13 @@ class Engine:
         self.classifier = Classifier(policy)
         self.rules: tuple[CompiledRule, ...] = compile_rules(policy)
         self.backend: Backend = make_backend(backend, policy, self.rules)
-        self.uses_class_facts = any(
-            c.spec.scope == "class"
+        self.class_keys = frozenset(
+            fact_key(c)
             for r in policy.rules
             for c in comparisons(r.when) + comparisons(r.clear_when)
+            if c.spec.scope == "class"
         )
+        self.reclaimed_classes = frozenset(c.name for c in policy.classes if c.cpu_policy == "reclaimed")
         self._static: dict[int, Any] = {}
 
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
@@ -146,7 +153,7 @@ class Engine:
                 if uid in live and live[uid].phase in ACTIVE_PHASES and now - rec.since < EVICTING_TTL
             },
         )
-        classes = views.classes if self.uses_class_facts else MappingProxyType({})
+        classes = views.classes(self.class_keys) if self.class_keys else MappingProxyType({})
         for cr, evaluated in zip(self.rules, self._conditions(snap, views, classes, t), strict=True):
             self._run_rule(cr, evaluated, snap, views, classes, t)
         new_state = EngineState(
@@ -247,6 +254,8 @@ class Engine:
                 matched.append((key, facts, workload, latched))
         if not matched:
             return
+        if self._publish_only(rule) and self._within_report_interval(rule.name, t):
+            return  # the declared reporting cadence, not a suppression worth reporting
         if rule.cooldown and rule.name in t.last_fired and t.now - t.last_fired[rule.name] < rule.cooldown:
             left = rule.cooldown - (t.now - t.last_fired[rule.name])
             t.skipped.append(Skipped(rule.name, f"cooldown: {left:g}s of {rule.cooldown:g}s left"))
@@ -276,6 +285,13 @@ class Engine:
             t.fired.append(rule.name)
             t.last_fired[rule.name] = t.now
             t.fired_at[rule.name] = (*t.fired_at.get(rule.name, ()), t.now)
+
+    def _publish_only(self, rule: Any) -> bool:
+        return bool(rule.actions) and all(a.kind == "publish" for a in rule.actions)
+
+    def _within_report_interval(self, name: str, t: _Tick) -> bool:
+        interval = self.policy.reclaim.report_interval
+        return bool(interval) and name in t.last_fired and t.now - t.last_fired[name] < float(interval or 0)
 
     def _provenance(
         self,
@@ -339,15 +355,9 @@ class Engine:
         if spec is None or not spec.publish_as:
             return False
         if reclaim.enabled:
-            pods = [
-                (w, views.pod(w), self._candidate(w, views).cls)
-                for w in snap.workloads
-                if w.phase in ACTIVE_PHASES
-            ]
+            uses = self._pod_uses(snap, views, resource)
             age = views.node.get("reclaim.metrics_age_seconds")
-            result = reclaimable(
-                resource, spec, views.node, pod_uses(pods, resource), age, reclaim.degrade_after
-            )
+            result = reclaimable(resource, spec, views.node, uses, age, reclaim.degrade_after)
         else:
             result = Reclaimable(resource, None, "reclaim is disabled (spec.reclaim.enabled: false)", {})
         key, facts, _, latched = matched[0]
@@ -361,6 +371,18 @@ class Engine:
         provenance = self._provenance(cr, key, views.node, classes, facts, latched, result.inputs)
         t.intents.append(NodeIntent("publish", MappingProxyType(params_out), provenance))
         return True
+
+    def _pod_uses(self, snap: Snapshot, views: FactViews, resource: str) -> list[PodUse]:
+        usage_key, request_key = USE_FACTS[resource]
+        out = []
+        for w in snap.workloads:
+            if w.phase not in ACTIVE_PHASES:
+                continue
+            facts = views.pod(w)
+            usage = facts.get(usage_key)
+            high = facts.get("class") not in self.reclaimed_classes
+            out.append(PodUse(facts.get(request_key, 0.0), None if usage is None else float(usage), high))
+        return out
 
     def _evict(
         self,

@@ -160,27 +160,39 @@ class FactViews:
         return ItemFacts(measured, derived)
 
     # ---- classes
-    @property
-    def classes(self) -> Mapping[str, Any]:
-        """Flat ``class.<name>.<path>`` facts: sums over the class's pods, then collector values."""
-        if self._classes is None:
-            out: dict[str, Any] = {}
-            for c in self.classifier.policy.classes:
-                out[f"class.{c.name}.pods"] = 0
-            sums = ("cpu.usage_cores", "cpu.request_cores", "memory.usage_bytes", "memory.request_bytes")
+    def classes(self, wanted: frozenset[str]) -> Mapping[str, Any]:
+        """Flat ``class.<name>.<path>`` facts for the keys in ``wanted``: collector values first,
+        then sums over the class's running and pending pods (only the sums some rule reads)."""
+        if self._classes is not None:
+            return self._classes
+        out: dict[str, Any] = {}
+        for name, measured in self.snapshot.metrics.classes.items():
+            for key, value in measured.items():
+                out[f"class.{name}.{key}"] = value
+        missing = {k for k in wanted if k not in out}
+        if missing:
+            sums: dict[str, list[str]] = {}
+            for key in missing:
+                _, name, path = key.split(".", 2)
+                if path == "pods" or path in SUMMED:
+                    sums.setdefault(name, []).append(path)
+                    if path == "pods":
+                        out[key] = 0
             for w in self.snapshot.workloads:
-                name = self.classifier.classify(w).class_name
-                if name is None or w.phase not in ("Running", "Pending"):
+                if w.phase not in ("Running", "Pending"):
                     continue
-                out[f"class.{name}.pods"] = out.get(f"class.{name}.pods", 0) + 1
+                cls_name = self.classifier.classify(w).class_name
+                paths = sums.get(cls_name) if cls_name is not None else None
+                if not paths:
+                    continue
                 view = self.pod(w)
-                for key in sums:
-                    value = view.get(key)
+                for path in paths:
+                    full = f"class.{cls_name}.{path}"
+                    value = 1 if path == "pods" else view.get(path)
                     if value is not None:
-                        full = f"class.{name}.{key}"
-                        out[full] = out.get(full, 0.0) + value
-            for name, measured in self.snapshot.metrics.classes.items():
-                for key, value in measured.items():
-                    out[f"class.{name}.{key}"] = value
-            self._classes = out
-        return self._classes
+                        out[full] = out.get(full, 0) + value
+        self._classes = out
+        return out
+
+
+SUMMED = frozenset({"cpu.usage_cores", "cpu.request_cores", "memory.usage_bytes", "memory.request_bytes"})

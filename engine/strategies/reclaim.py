@@ -22,18 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.policy import QoSClass, ReclaimResource
+from engine.config.policy import ReclaimResource
 
 FACTS = {
-    # resource: (pod usage fact, request resource name, node usage fact, capacity fact, allocatable fact)
-    "cpu": ("cpu.usage_cores", "cpu", "cpu.usage_cores", "cpu.capacity_cores", "cpu.allocatable_cores"),
-    "memory": (
-        "memory.usage_bytes",
-        "memory",
-        "memory.usage_bytes",
-        "memory.capacity_bytes",
-        "memory.allocatable_bytes",
-    ),
+    # resource: (node usage fact, capacity fact, allocatable fact)
+    "cpu": ("cpu.usage_cores", "cpu.capacity_cores", "cpu.allocatable_cores"),
+    "memory": ("memory.usage_bytes", "memory.capacity_bytes", "memory.allocatable_bytes"),
 }
 
 
@@ -52,17 +46,6 @@ class Reclaimable:
     inputs: Mapping[str, Any]
 
 
-def pod_uses(pods: Sequence[tuple[Any, Any, QoSClass | None]], resource: str) -> list[PodUse]:
-    """(workload, pod facts, class) -> what each pod requests and uses of ``resource``."""
-    usage_key, request_name, *_ = FACTS[resource]
-    out = []
-    for w, facts, cls in pods:
-        value = facts.get(usage_key)
-        high = not (cls is not None and cls.cpu_policy == "reclaimed")
-        out.append(PodUse(w.request(request_name), float(value) if value is not None else None, high))
-    return out
-
-
 def reclaimable(
     resource: str,
     spec: ReclaimResource,
@@ -71,7 +54,7 @@ def reclaimable(
     metrics_age: float | None,
     degrade_after: float | None,
 ) -> Reclaimable:
-    _, _, node_usage_key, capacity_key, allocatable_key = FACTS[resource]
+    node_usage_key, capacity_key, allocatable_key = FACTS[resource]
     if degrade_after is not None and metrics_age is not None and metrics_age > degrade_after:
         return Reclaimable(
             resource, None, f"metrics are {metrics_age:g}s old (> degradeAfter {degrade_after:g}s)", {}
