@@ -27,6 +27,6 @@ class TickResult:
 
 def run_tick(engine: Engine, snapshot: Snapshot, state: EngineState, guards: Guards) -> TickResult:
     evaluation = engine.evaluate(snapshot, state)
-    result = plan(evaluation.intents, engine.policy, guards)
+    result = plan(evaluation.intents, engine.policy, guards, snapshot.cgroups)
     next_state = record_evictions(evaluation.state, list(result.evicted), snapshot.time)
     return TickResult(evaluation, result, next_state)

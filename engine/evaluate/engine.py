@@ -17,13 +17,15 @@ from typing import Any, Protocol
 
 from engine.config.conditions import comparisons
 from engine.config.policy import Policy
+from engine.config.render import RenderError
 from engine.evaluate.classify import Classifier
 from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key, observe
 from engine.evaluate.factview import EMPTY_ITEM, FactViews, ItemFacts
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
-from engine.model.intents import EvictIntent, Intent, NodeIntent, Provenance
+from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, Provenance
 from engine.strategies.eviction import Candidate, Round, choose
+from engine.strategies.knobs import KnobFn, compile_knob
 from engine.strategies.reclaim import PodUse, Reclaimable, reclaimable
 
 USE_FACTS = {
@@ -136,6 +138,7 @@ class Engine:
         )
         self.reclaimed_classes = frozenset(c.name for c in policy.classes if c.cpu_policy == "reclaimed")
         self._static: dict[int, Any] = {}
+        self._knobs: dict[str, dict[str, KnobFn]] = {}
 
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
         views = FactViews(snap, self.classifier, self._static)
@@ -275,6 +278,8 @@ class Engine:
                 acted |= self._node_action(cr, action.kind, action.params, views, classes, matched, t)
             elif action.kind == "publish":
                 acted |= self._publish(cr, action.params, snap, views, classes, matched, t)
+            elif action.kind == "setCgroup":
+                acted |= self._set_cgroup(cr, action.params, snap, views, classes, matched, t)
             else:
                 t.skipped.append(
                     Skipped(rule.name, f"action {action.kind!r} has no strategy in this version of qosd yet")
@@ -371,6 +376,54 @@ class Engine:
         provenance = self._provenance(cr, key, views.node, classes, facts, latched, result.inputs)
         t.intents.append(NodeIntent("publish", MappingProxyType(params_out), provenance))
         return True
+
+    def _set_cgroup(
+        self,
+        cr: CompiledRule,
+        params: Mapping[str, Any],
+        snap: Snapshot,
+        views: FactViews,
+        classes: Mapping[str, Any],
+        matched: list[tuple[str | None, Any, Workload | None, bool]],
+        t: _Tick,
+    ) -> bool:
+        """Desired cgroup values for a literal path, or for every pod of a class."""
+        target = params["target"]
+        knobs = self._knobs.get(cr.rule.name)
+        if knobs is None:
+            knobs = self._knobs[cr.rule.name] = {f: compile_knob(f, k) for f, k in params["values"].items()}
+        key, facts, _, latched = matched[0]
+        provenance = self._provenance(cr, key, views.node, classes, facts, latched, {"target": dict(target)})
+        paths: list[tuple[str, Workload | None]]
+        if "path" in target:
+            paths = [(str(target["path"]), None)]
+        elif "class" in target:
+            members = [
+                w
+                for w in snap.workloads
+                if w.phase in ACTIVE_PHASES and w.cgroup_path and views.pod(w).get("class") == target["class"]
+            ]
+            paths = [(w.cgroup_path, w) for w in members]
+        else:
+            t.skipped.append(
+                Skipped(cr.rule.name, "setCgroup on a pool needs the pool strategy, not in this version")
+            )
+            return False
+        wrote = False
+        for path, workload in paths:
+            for file, knob in knobs.items():
+                try:
+                    value = knob(workload, views.node)
+                except RenderError as exc:
+                    t.skipped.append(Skipped(cr.rule.name, f"{path}/{file}: {exc.message}"))
+                    continue
+                if value is None:
+                    continue
+                t.intents.append(
+                    CgroupIntent(path, file, value, workload.key if workload else None, provenance)
+                )
+                wrote = True
+        return wrote
 
     def _pod_uses(self, snap: Snapshot, views: FactViews, resource: str) -> list[PodUse]:
         usage_key, request_key = USE_FACTS[resource]

@@ -136,6 +136,7 @@ class Snapshot:
     workloads: tuple[Workload, ...]
     metrics: Metrics
     allocatable: Mapping[str, float] = field(default_factory=dict)
+    cgroups: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # observed: path -> file -> value
 
     @cached_property
     def by_uid(self) -> Mapping[str, Workload]:
@@ -191,7 +192,8 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
         windows=tuple(m.get("windows") or ()),
     )
     allocatable = {k: float(v) for k, v in (node_raw.get("allocatable") or {}).items()}
-    return Snapshot(float(data.get("time", 0.0)), node, topology, workloads, metrics, allocatable)
+    cgroups = {str(path): dict(files) for path, files in (data.get("cgroups") or {}).items()}
+    return Snapshot(float(data.get("time", 0.0)), node, topology, workloads, metrics, allocatable, cgroups)
 
 
 def _workload(w: Mapping[str, Any]) -> Workload:

@@ -143,4 +143,32 @@ class NodeIntent:
         }
 
 
-Intent = EvictIntent | NodeIntent
+@dataclass(frozen=True)
+class CgroupIntent:
+    """A cgroup file should hold this value (the planner writes it only if it does not)."""
+
+    path: str
+    file: str
+    value: str
+    pod: str | None
+    provenance: Provenance
+
+    kind = "cgroup"
+
+    @property
+    def target(self) -> str:
+        return f"{self.path}/{self.file}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "path": self.path,
+            "file": self.file,
+            "value": self.value,
+            "pod": self.pod,
+            "provenance": self.provenance.to_dict(),
+        }
+
+
+Intent = EvictIntent | NodeIntent | CgroupIntent

@@ -102,4 +102,23 @@ class PublishNodeResource:
         return {"kind": self.kind, "name": self.name, "quantity": self.quantity, "rule": self.rule}
 
 
-Operation = EvictPod | SetNodeTaint | SetNodeCondition | EmitEvent | PublishNodeResource
+@dataclass(frozen=True)
+class WriteCgroup:
+    path: str
+    file: str
+    value: str
+    rule: str
+
+    kind = "writeCgroup"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "file": self.file,
+            "value": self.value,
+            "rule": self.rule,
+        }
+
+
+Operation = EvictPod | SetNodeTaint | SetNodeCondition | EmitEvent | PublishNodeResource | WriteCgroup

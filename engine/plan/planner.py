@@ -8,11 +8,12 @@ Everything held back is reported with its reason.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine.config.policy import Policy
-from engine.model.intents import EvictIntent, Intent, NodeIntent
+from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent
 from engine.model.operations import (
     EmitEvent,
     EvictPod,
@@ -20,7 +21,9 @@ from engine.model.operations import (
     PublishNodeResource,
     SetNodeCondition,
     SetNodeTaint,
+    WriteCgroup,
 )
+from engine.plan.cgroups import Desired, order_writes
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,14 @@ class Plan:
         }
 
 
-def plan(intents: tuple[Intent, ...], policy: Policy, guards: Guards) -> Plan:
+def plan(
+    intents: tuple[Intent, ...],
+    policy: Policy,
+    guards: Guards,
+    observed_cgroups: Mapping[str, Mapping[str, str]] | None = None,
+) -> Plan:
     ops: list[Operation] = []
+    desired: dict[tuple[str, str], tuple[Desired, str]] = {}
     held: list[Held] = []
     evicts: list[EvictIntent] = []
     seen: set[tuple[str, str]] = set()
@@ -69,6 +78,13 @@ def plan(intents: tuple[Intent, ...], policy: Policy, guards: Guards) -> Plan:
             continue
         if guards.dry_run:
             held.append(Held(intent, "dry run: reported, not executed"))
+            continue
+        if isinstance(intent, CgroupIntent):
+            slot = (intent.path, intent.file)
+            if slot in desired:
+                held.append(Held(intent, f"rule {desired[slot][1]} already sets this file this tick"))
+            else:
+                desired[slot] = (Desired(intent.path, intent.file, intent.value), intent.provenance.rule)
             continue
         if isinstance(intent, EvictIntent):
             cls = policy.class_index.get(intent.class_name) if intent.class_name else None
@@ -106,6 +122,10 @@ def plan(intents: tuple[Intent, ...], policy: Policy, guards: Guards) -> Plan:
             continue
         seen.add(key)
         ops.append(op)
+    rules = {d: rule for d, rule in desired.values()}
+    by_slot = {(d.path, d.file): rule for d, rule in desired.values()}
+    for write in order_writes(list(rules), observed_cgroups or {}):
+        ops.append(WriteCgroup(write.path, write.file, write.value, by_slot[(write.path, write.file)]))
     return Plan(tuple(ops), tuple(held), tuple(evicts))
 
 

@@ -1,0 +1,109 @@
+"""setCgroup intents and the planner's cgroup writes: only what differs, parents loosened first and
+tightened last (Koordinator's leveled update), knob units as the kubelet computes them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from engine.evaluate.engine import Engine
+from engine.evaluate.state import EngineState
+from engine.plan.cgroups import Desired, order_writes
+from engine.plan.planner import Guards
+from engine.strategies.knobs import compile_knob
+from engine.tick import run_tick
+from tests.builders import GiB, pod, policy, snapshot
+
+RULES = """\
+classes:
+  - name: be
+    match: [{labels: {tier: be}}]
+rules:
+  - name: be-memory-high
+    then:
+      setCgroup:
+        target: {class: be}
+        values: {memory.high: {percent: 80, of: limit}, cpu.shares: 2}
+  - name: be-root-quota
+    then: {setCgroup: {target: {path: kubepods/besteffort}, values: {cpu.cfs_quota_us: 400000}}}
+"""
+
+
+def be_pod(uid: str) -> object:
+    w = pod(uid, labels={"tier": "be"}, memory=1 * GiB, limits={"memory": 2 * GiB})
+    return replace(w, cgroup_path=f"kubepods/besteffort/pod{uid}")  # type: ignore[type-var]
+
+
+def test_set_cgroup_writes_only_what_differs() -> None:
+    engine = Engine(policy(RULES))
+    pods = [be_pod("a"), be_pod("b")]
+    snap = snapshot(pods=pods)  # type: ignore[arg-type]
+    first = run_tick(engine, snap, EngineState(), Guards())
+    writes = {(op.path, op.file): op.value for op in first.plan.operations if op.kind == "writeCgroup"}
+    assert writes == {
+        ("kubepods/besteffort/poda", "memory.high"): str(int(1.6 * GiB)),
+        ("kubepods/besteffort/podb", "memory.high"): str(int(1.6 * GiB)),
+        ("kubepods/besteffort/poda", "cpu.shares"): "2",
+        ("kubepods/besteffort/podb", "cpu.shares"): "2",
+        ("kubepods/besteffort", "cpu.cfs_quota_us"): "400000",
+    }
+    observed = {}
+    for (path, file), value in writes.items():
+        observed.setdefault(path, {})[file] = value
+    steady = run_tick(engine, replace(snap, cgroups=observed), first.state, Guards())
+    assert [op for op in steady.plan.operations if op.kind == "writeCgroup"] == []
+
+
+@pytest.mark.parametrize(
+    ("file", "knob", "req", "limit", "expected"),
+    [
+        ("memory.high", {"percent": 80, "of": "limit"}, 1, 2, str(int(1.6 * GiB))),
+        ("memory.low", {"percent": 100, "of": "request"}, 1, 2, str(GiB)),
+        ("cpu.shares", {"percent": 100, "of": "request"}, 0.5, None, "512"),  # MilliCPUToShares
+        ("cpu.shares", {"percent": 100, "of": "request"}, 0.001, None, "2"),  # minimum 2 shares
+        ("cpu.cfs_quota_us", {"percent": 100, "of": "limit"}, 1, 2.5, "250000"),  # 100 ms period
+        ("cpu.max", {"percent": 100, "of": "limit"}, 1, 2.5, "250000 100000"),
+        ("memory.high", {"percent": 80, "of": "limit"}, 1, None, None),  # no limit: the knob does not apply
+        ("memory.high", "max", 1, None, "max"),
+        ("memory.min", {"expr": "pod.requests.memory * 0.5"}, 1, None, str(int(0.5 * GiB))),
+    ],
+)
+def test_knob_units(file: str, knob: object, req: float, limit: float | None, expected: str | None) -> None:
+    resource = "memory" if file.startswith("memory") else "cpu"
+    scale = GiB if resource == "memory" else 1
+    limits = {resource: limit * scale} if limit is not None else {}
+    w = pod("p", cpu=req if resource == "cpu" else 1, memory=req * scale if resource == "memory" else GiB, limits=limits)
+    assert compile_knob(file, knob)(w, {}) == expected
+
+
+D = Desired
+
+
+@pytest.mark.parametrize(
+    ("observed", "desired", "expected"),
+    [
+        # Shrinking a cpuset: union top-down first, then the final sets bottom-up.
+        (
+            {"be": {"cpuset.cpus": "0-3"}, "be/pod": {"cpuset.cpus": "0-3"}},
+            [D("be", "cpuset.cpus", "4-7"), D("be/pod", "cpuset.cpus", "4-7")],
+            [D("be", "cpuset.cpus", "0-7"), D("be/pod", "cpuset.cpus", "0-7"), D("be/pod", "cpuset.cpus", "4-7"), D("be", "cpuset.cpus", "4-7")],
+        ),
+        # Raising limits: parent before child.
+        (
+            {"be": {"memory.limit_in_bytes": "100"}, "be/pod": {"memory.limit_in_bytes": "50"}},
+            [D("be/pod", "memory.limit_in_bytes", "150"), D("be", "memory.limit_in_bytes", "200")],
+            [D("be", "memory.limit_in_bytes", "200"), D("be/pod", "memory.limit_in_bytes", "150")],
+        ),
+        # Lowering limits: child before parent.
+        (
+            {"be": {"cpu.cfs_quota_us": "-1"}, "be/pod": {"cpu.cfs_quota_us": "-1"}},
+            [D("be", "cpu.cfs_quota_us", "200000"), D("be/pod", "cpu.cfs_quota_us", "100000")],
+            [D("be/pod", "cpu.cfs_quota_us", "100000"), D("be", "cpu.cfs_quota_us", "200000")],
+        ),
+        # Unchanged files are not written.
+        ({"be": {"cpu.shares": "2"}}, [D("be", "cpu.shares", "2")], []),
+    ],
+)
+def test_write_order(observed: dict[str, dict[str, str]], desired: list[Desired], expected: list[Desired]) -> None:
+    assert order_writes(desired, observed) == expected
