@@ -9,6 +9,7 @@ is chosen at most once, and pods already being evicted count as released.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -52,9 +53,10 @@ def make_backend(name: str, policy: Policy, rules: tuple[CompiledRule, ...]) -> 
     if name == "python":
         return PythonBackend(rules)
     if name == "durable":
-        from engine.evaluate.durable import DurableBackend
-
-        return DurableBackend(policy, rules)
+        # Imported on demand: durable-rules is an optional extra (Python < 3.13 only).
+        durable = importlib.import_module("engine.evaluate.durable")
+        backend: Backend = durable.DurableBackend(policy, rules)
+        return backend
     raise ValueError(f"unknown backend {name!r}; use python or durable")
 
 
