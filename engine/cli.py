@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine import __version__
+from engine import __version__, explain, ruletest
 from engine.config.errors import Location, PolicyError, Problem
 from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--eviction-burst", type=int, default=3, help="evictions per tick across all rules (default 3)"
     )
     e.set_defaults(func=cmd_eval)
+
+    ruletest.add_parser(sub)
+    explain.add_parser(sub)
 
     c = sub.add_parser("crd", help="print the QoSPolicy CustomResourceDefinition")
     c.add_argument("--output", choices=("yaml", "json"), default="yaml")

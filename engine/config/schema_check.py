@@ -134,8 +134,15 @@ def schema_problems(
     document sets only what it changes; the JSON paths of such gaps are appended to ``partial`` so the
     caller knows the merged spec must be checked in full.
     """
+    return validation_problems(validator(kind), data, locate, partial)
+
+
+def validation_problems(
+    checker: Draft202012Validator, data: Any, locate: Locator, partial: list[str] | None = None
+) -> list[Problem]:
+    """Located problems from any validator (rule tests, evaluation outputs, traces use their own)."""
     out: list[Problem] = []
-    for err in validator(kind).iter_errors(data):
+    for err in checker.iter_errors(data):
         leaf = _leaf_errors(err)
         if partial is not None and _overlay_required(leaf):
             partial.append(leaf.json_path)
@@ -156,9 +163,7 @@ def _to_problem(err: ValidationError, locate: Locator) -> Problem:
         allowed = sorted((schema.get("properties") or {}).keys())
         extra = [k for k in instance if k not in allowed]
         key = extra[0] if extra else "?"
-        hint = _did_you_mean(key, allowed) or (
-            f"allowed fields here: {', '.join(allowed)}" if allowed else ""
-        )
+        hint = did_you_mean(key, allowed) or (f"allowed fields here: {', '.join(allowed)}" if allowed else "")
         return Problem(locate((*path, key), True), f"unknown field {key!r}", hint)
     if validator_kw == "required":
         missing = re.findall(r"'([^']+)' is a required property", err.message)
@@ -178,7 +183,7 @@ def _to_problem(err: ValidationError, locate: Locator) -> Problem:
         )
     if validator_kw in ("enum", "const"):
         options = schema.get("enum") or [schema.get("const")]
-        hint = _did_you_mean(str(instance), [str(o) for o in options])
+        hint = did_you_mean(str(instance), [str(o) for o in options])
         return Problem(
             locate(path, False),
             f"{short(instance)} is not one of {', '.join(map(str, options))}",
@@ -217,7 +222,7 @@ def _kind(value: Any) -> str:
     )
 
 
-def _did_you_mean(word: str, options: Iterable[str]) -> str:
+def did_you_mean(word: str, options: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else ""
 

@@ -25,6 +25,7 @@ from engine.evaluate.factview import EMPTY_ITEM, FactViews, ItemFacts
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, Provenance
+from engine.model.units import parse_duration
 from engine.strategies.eviction import Candidate, Round, choose
 from engine.strategies.knobs import KnobFn, compile_knob
 from engine.strategies.reclaim import PodUse, Reclaimable, reclaimable
@@ -139,6 +140,18 @@ class Engine:
             if c.spec.scope == "class"
         )
         self.reclaimed_classes = frozenset(c.name for c in policy.classes if c.cpu_policy == "reclaimed")
+        # A rule's cooldown, or its evict action's (Katalyst and Koordinator configure it per evictor).
+        self.cooldowns = {
+            r.name: max(
+                [r.cooldown]
+                + [
+                    parse_duration(str(a.params["cooldown"]))
+                    for a in r.actions
+                    if a.kind == "evict" and "cooldown" in a.params
+                ]
+            )
+            for r in policy.rules
+        }
         self._static: dict[int, Any] = {}
         self._knobs: dict[str, dict[str, KnobFn]] = {}
 
@@ -261,9 +274,10 @@ class Engine:
             return
         if self._publish_only(rule) and self._within_report_interval(rule.name, t):
             return  # the declared reporting cadence, not a suppression worth reporting
-        if rule.cooldown and rule.name in t.last_fired and t.now - t.last_fired[rule.name] < rule.cooldown:
-            left = rule.cooldown - (t.now - t.last_fired[rule.name])
-            t.skipped.append(Skipped(rule.name, f"cooldown: {left:g}s of {rule.cooldown:g}s left"))
+        cooldown = self.cooldowns[rule.name]
+        if cooldown and rule.name in t.last_fired and t.now - t.last_fired[rule.name] < cooldown:
+            left = cooldown - (t.now - t.last_fired[rule.name])
+            t.skipped.append(Skipped(rule.name, f"cooldown: {left:g}s of {cooldown:g}s left"))
             return
         if rule.per_window is not None:
             count, window = rule.per_window
@@ -454,6 +468,19 @@ class Engine:
         limit_values = [v for v in (params.get("maxPerRound"), rule.per_round) if v is not None]
         has_target = bool((params.get("release") or {}).keys() & {"lowerPercent", "amount"})
         limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
+        # Per matched NUMA node without a release target: one victim each (Katalyst's TopN=1),
+        # all of them together within maxPerRound.
+        per_group = limit if has_target or rule.scope != "numa" else 1
+        left = limit
+        picked: set[str] = set()
+        if (params.get("victims") or {}).get("numaScoped"):
+            t.skipped.append(
+                Skipped(
+                    rule.name,
+                    "note: victims.numaScoped needs pods' NUMA placement, which facts do not carry yet; "
+                    "every candidate was considered",
+                )
+            )
         pending = {uid: rec.credit for uid, rec in t.evicting.items()}
         all_candidates: list[Candidate] | None = None
         new = 0
@@ -470,12 +497,16 @@ class Engine:
             for key, facts, _, latched in matched:
                 groups.append((key, facts, all_candidates, latched))
         for key, facts, candidates, latched in groups:
+            budget = min(left, per_group)
+            if budget <= 0:
+                break
             scope_facts: Any = (
                 facts if isinstance(facts, ItemFacts) and facts is not EMPTY_ITEM else views.node
             )
-            choices, release = choose(
-                candidates, params, scope_facts, pending, t.round, int(min(limit, 10**9))
-            )
+            pool = [c for c in candidates if c.workload.uid not in picked]
+            choices, release = choose(pool, params, scope_facts, pending, t.round, int(min(budget, 10**9)))
+            left -= len(choices)
+            picked.update(c.candidate.workload.uid for c in choices)
             for choice in choices:
                 w = choice.candidate.workload
                 inputs = {
