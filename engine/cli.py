@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine import __version__, explain, ruletest
+from engine import __version__, explain, ruletest, simulate
 from engine.config.errors import Location, PolicyError, Problem
 from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
@@ -244,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ruletest.add_parser(sub)
     explain.add_parser(sub)
+    simulate.add_parser(sub)
 
     c = sub.add_parser("crd", help="print the QoSPolicy CustomResourceDefinition")
     c.add_argument("--output", choices=("yaml", "json"), default="yaml")

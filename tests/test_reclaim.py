@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.config.policy import ReclaimResource
-from engine.strategies.reclaim import PodUse, reclaimable
+from engine.strategies.reclaim import PodUse, ReportHistory, reclaimable, report
 
 
 def spec(policy: str = "usage", threshold: float = 60, **kw: float | None) -> ReclaimResource:
@@ -73,13 +75,47 @@ def test_koordinator_formulas(policy: str, threshold: float, expected: float, wh
         ({"max_percent": 5.0}, 5.0),  # batchCPUThresholdPercent caps at 5% of capacity
         ({"max": 4.0}, 4.0),
         ({"min": 7.0}, 7.0),
-        ({"reserved_for_report": 2.0}, 4.0),
-        ({"min_ignored": 6.0}, 0.0),  # Katalyst: at or below minIgnored the report is 0
-        ({"min_report": 8.0}, 8.0),  # Katalyst: a positive report is raised to minReclaimedResourceForReport
     ],
 )
-def test_caps_and_report_floors(kw: dict[str, float], expected: float) -> None:
+def test_caps(kw: dict[str, float], expected: float) -> None:
     assert reclaimable("cpu", spec(**kw), NODE, PODS, None, None).value == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("kw", "raw", "expected"),
+    [
+        ({"reserved_for_report": 2.0}, 6.0, 4.0),
+        ({"min_ignored": 6.0}, 6.0, 0.0),  # Katalyst: at or below minIgnored the report is 0
+        (
+            {"min_report": 8.0},
+            6.0,
+            8.0,
+        ),  # Katalyst: a positive report is raised to minReclaimedResourceForReport
+        ({"min_report": 8.0}, 0.0, 0.0),  # but zero stays zero
+    ],
+)
+def test_report_floors(kw: dict[str, float], raw: float, expected: float) -> None:
+    assert report(raw, spec(**kw), ReportHistory(), 0.0)[0] == pytest.approx(expected)
+
+
+def smoothing(
+    window: float | None, agg: str = "avg", min_step: float | None = None, max_step: float | None = None
+) -> ReclaimResource:
+    return replace(spec(), smoothing_window=window, smoothing_agg=agg, min_step=min_step, max_step=max_step)
+
+
+def test_report_smoothing_window_and_steps() -> None:
+    """Katalyst's reporter: 2 min average, changes under 0.3 cores ignored, over 4 cores capped per report."""
+    s = smoothing(120.0, "avg", 0.3, 4.0)
+    history = ReportHistory()
+    reported = []
+    for t, raw in ((0, 10.0), (30, 10.2), (60, 30.0), (90, 30.0), (200, 30.0)):
+        value, history, _ = report(raw, s, history, float(t))
+        reported.append(value)
+    # t=0: 10; t=30: avg 10.1 is within minStep of 10 -> 10; t=60: avg 16.73 -> capped +4 -> 14;
+    # t=90: avg 20.05 -> +4 -> 18; t=200: only t=90 and t=200 in the window: 30 -> capped -> 22.
+    assert reported == pytest.approx([10.0, 10.0, 14.0, 18.0, 22.0])
+    assert [t for t, _ in history.samples] == [90.0, 200.0]
 
 
 def test_stale_metrics_withdraw_the_resource() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -28,7 +28,7 @@ from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, 
 from engine.model.units import parse_duration
 from engine.strategies.eviction import Candidate, Round, choose
 from engine.strategies.knobs import KnobFn, compile_knob
-from engine.strategies.reclaim import PodUse, Reclaimable, reclaimable
+from engine.strategies.reclaim import PodUse, Reclaimable, ReportHistory, reclaimable, report
 
 USE_FACTS = {
     "cpu": ("cpu.usage_cores", "cpu.request_cores"),
@@ -118,6 +118,7 @@ class _Tick:
     last_fired: dict[str, float]
     fired_at: dict[str, tuple[float, ...]]
     evicting: dict[str, Evicting]
+    reports: dict[str, ReportHistory] = field(default_factory=dict)
     intents: list[Intent] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
@@ -165,6 +166,7 @@ class Engine:
             latched=set(state.latched),
             last_fired=dict(state.last_fired),
             fired_at=dict(state.fired_at),
+            reports=dict(state.reports),
             evicting={
                 uid: rec
                 for uid, rec in state.evicting.items()
@@ -180,6 +182,7 @@ class Engine:
             last_fired=MappingProxyType(t.last_fired),
             fired_at=t.fired_at,
             evicting=t.evicting,
+            reports=t.reports,
         )
         return Evaluation(
             now,
@@ -305,7 +308,8 @@ class Engine:
         if acted:
             t.fired.append(rule.name)
             t.last_fired[rule.name] = t.now
-            t.fired_at[rule.name] = (*t.fired_at.get(rule.name, ()), t.now)
+            if rule.per_window is not None:  # only rate-limited rules need their recent firings
+                t.fired_at[rule.name] = (*t.fired_at.get(rule.name, ()), t.now)
 
     def _publish_only(self, rule: Any) -> bool:
         return bool(rule.actions) and all(a.kind == "publish" for a in rule.actions)
@@ -381,13 +385,21 @@ class Engine:
             result = reclaimable(resource, spec, views.node, uses, age, reclaim.degrade_after)
         else:
             result = Reclaimable(resource, None, "reclaim is disabled (spec.reclaim.enabled: false)", {})
+        value = result.value
+        formula = result.formula
+        if value is None:
+            t.reports.pop(spec.publish_as, None)  # withdrawn: smoothing starts afresh
+        else:
+            history = t.reports.get(spec.publish_as, ReportHistory())
+            value, t.reports[spec.publish_as], steps = report(value, spec, history, t.now)
+            formula = "; ".join([formula, *steps])
         key, facts, _, latched = matched[0]
         params_out = {
             "resource": spec.publish_as,
             "reclaims": resource,
-            "value": result.value,
+            "value": value,
             "unit": "cores" if resource == "cpu" else "bytes",
-            "formula": result.formula,
+            "formula": formula,
         }
         provenance = self._provenance(cr, key, views.node, classes, facts, latched, result.inputs)
         t.intents.append(NodeIntent("publish", MappingProxyType(params_out), provenance))
@@ -545,4 +557,4 @@ def record_evictions(state: EngineState, evicted: list[EvictIntent], now: float)
     for intent in evicted:
         resource = intent.release.resource if intent.release else "memory"
         evicting[intent.uid] = Evicting(now, intent.provenance.rule, resource, intent.credit)
-    return EngineState(state.held_since, state.latched, state.last_fired, state.fired_at, evicting)
+    return replace(state, evicting=evicting)

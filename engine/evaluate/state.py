@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from engine.strategies.reclaim import ReportHistory
+
 EMPTY_F: Mapping[str, float] = MappingProxyType({})
 
 
@@ -43,6 +45,7 @@ class EngineState:
     )  # rule -> last firing (cooldown anchor)
     fired_at: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # rule -> recent firings
     evicting: Mapping[str, Evicting] = field(default_factory=dict)  # pod uid -> eviction under way
+    reports: Mapping[str, ReportHistory] = field(default_factory=dict)  # published resource -> smoothing
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class EngineState:
             "lastFired": dict(self.last_fired),
             "firedAt": {k: list(v) for k, v in self.fired_at.items()},
             "evicting": {k: v.to_dict() for k, v in self.evicting.items()},
+            "reports": {k: v.to_dict() for k, v in self.reports.items()},
         }
 
     @classmethod
@@ -64,4 +68,5 @@ class EngineState:
                 str(k): Evicting(float(v["since"]), str(v["rule"]), str(v["resource"]), float(v["credit"]))
                 for k, v in (data.get("evicting") or {}).items()
             },
+            reports={str(k): ReportHistory.from_dict(v) for k, v in (data.get("reports") or {}).items()},
         )

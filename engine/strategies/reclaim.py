@@ -18,7 +18,7 @@ and a positive result below minReport is raised to it (Katalyst's reporting rule
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,14 +87,6 @@ def reclaimable(
         value = min(value, spec.max)
     if spec.min is not None:
         value = max(value, spec.min)
-    if spec.reserved_for_report:
-        value = max(value - spec.reserved_for_report, 0.0)
-    if spec.min_ignored is not None and value <= spec.min_ignored:
-        value = 0.0
-        steps.append(f"<= minIgnored {spec.min_ignored:g} -> 0")
-    elif spec.min_report is not None and 0.0 < value < spec.min_report:
-        value = spec.min_report
-        steps.append(f"raised to minReport {spec.min_report:g}")
     inputs = {
         "capacity": capacity,
         "safetyMargin": margin,
@@ -106,3 +98,62 @@ def reclaimable(
         "reclaimThresholdPercent": threshold,
     }
     return Reclaimable(resource, value, "; ".join(steps), inputs)
+
+
+@dataclass(frozen=True)
+class ReportHistory:
+    """What the report smoothing remembers per published resource: recent raw values and the last report."""
+
+    samples: tuple[tuple[float, float], ...] = ()
+    last: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples": [list(s) for s in self.samples], "last": self.last}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReportHistory:
+        return cls(tuple((float(a), float(b)) for a, b in data.get("samples") or ()), data.get("last"))
+
+
+AGG: dict[str, Callable[[list[float]], float]] = {
+    "avg": lambda xs: sum(xs) / len(xs),
+    "max": max,
+    "min": min,
+    "last": lambda xs: xs[-1],
+}
+
+
+def report(
+    raw: float, spec: ReclaimResource, history: ReportHistory, now: float
+) -> tuple[float, ReportHistory, list[str]]:
+    """Katalyst's report path: the window aggregate of raw values, a step bounded by minStep/maxStep
+    against the last report, then minus reservedForReport, 0 at or below minIgnored, and at least
+    minReport when positive. Returns the reported value, the new history and the steps taken."""
+    steps: list[str] = []
+    samples = history.samples
+    if spec.smoothing_window:
+        samples = (*(s for s in samples if now - s[0] < spec.smoothing_window), (now, raw))
+        aggregate = AGG.get(spec.smoothing_agg, AGG["avg"])
+        value = float(aggregate([v for _, v in samples]))
+        steps.append(f"{spec.smoothing_agg} over {spec.smoothing_window:g}s: {value:.6g}")
+    else:
+        value = raw
+    if history.last is not None:
+        delta = value - history.last
+        if spec.min_step is not None and abs(delta) < spec.min_step:
+            value = history.last
+            steps.append(f"change {delta:+.6g} below minStep {spec.min_step:g}: kept {value:.6g}")
+        elif spec.max_step is not None and abs(delta) > spec.max_step:
+            value = history.last + (spec.max_step if delta > 0 else -spec.max_step)
+            steps.append(f"change {delta:+.6g} capped by maxStep {spec.max_step:g}: {value:.6g}")
+    smoothed = value
+    if spec.reserved_for_report:
+        value = max(value - spec.reserved_for_report, 0.0)
+        steps.append(f"minus reservedForReport {spec.reserved_for_report:g}: {value:.6g}")
+    if spec.min_ignored is not None and value <= spec.min_ignored:
+        value = 0.0
+        steps.append(f"<= minIgnored {spec.min_ignored:g}: 0")
+    elif spec.min_report is not None and 0.0 < value < spec.min_report:
+        value = spec.min_report
+        steps.append(f"raised to minReport {spec.min_report:g}")
+    return value, ReportHistory(samples, smoothed), steps
