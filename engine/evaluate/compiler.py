@@ -92,20 +92,25 @@ class PythonBackend:
 
     def __init__(self, rules: tuple[CompiledRule, ...]):
         self.rules = rules
+        always: CondFn = lambda n, c, i, latched: True  # noqa: E731 - a rule without a condition holds
+        self._fns = {
+            "when": [r.when or always for r in rules],
+            "clear": [r.clear or always for r in rules],
+        }
 
     def evaluate_many(
         self, node: Mapping[str, Any], classes: Mapping[str, Any], calls: list[Call]
     ) -> list[bool]:
         out: list[bool] = []
-        rules = self.rules
+        append = out.append
+        whens, clears = self._fns["when"], self._fns["clear"]
         for index, which, item, latched in calls:
-            fn = rules[index].when if which == "when" else rules[index].clear
             try:
-                out.append(True if fn is None else fn(node, classes, item, latched))
+                append((whens if which == "when" else clears)[index](node, classes, item, latched))
             except TypeError:
                 # A collector sent a value of the wrong type (text where a number belongs): the
                 # comparison cannot hold, and one bad metric must not stop the tick.
-                out.append(False)
+                append(False)
         return out
 
     def close(self) -> None:
