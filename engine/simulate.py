@@ -34,7 +34,6 @@ from types import MappingProxyType
 from typing import IO, Any
 
 from engine.config.conditions import comparisons
-from engine.config.errors import PolicyError
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.config.policy import Policy
 from engine.evaluate.compiler import fact_key
@@ -1570,22 +1569,10 @@ def add_parser(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (``python -m engine.simulate``), with the exit codes of ``qosd``."""
-    parser = argparse.ArgumentParser(prog="qosd")
-    add_parser(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args)
-        return code
-    except PolicyError as exc:
-        if getattr(args, "output", "text") == "json":
-            print(exc.to_json())
-        else:
-            print(exc.format(), file=sys.stderr)
-        missing = all(p.message == "no such file or directory" for p in exc.problems)
-        return EXIT_USAGE if missing else EXIT_INVALID
-    except BrokenPipeError:
-        return EXIT_OK
+    """Stand-alone entry (``python -m engine.simulate simulate|trace ...``): the ``qosd`` CLI itself."""
+    from engine.cli import main as cli_main  # the CLI imports this module; import it late
+
+    return cli_main(list(argv) if argv is not None else sys.argv[1:])
 
 
 if __name__ == "__main__":
