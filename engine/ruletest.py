@@ -34,7 +34,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from engine.config.errors import Location, PolicyError, Problem, short
-from engine.config.load import YAML_SUFFIXES, Document, JsonPath, read_file
+from engine.config.load import Document, JsonPath, read_file, yaml_files_under
 from engine.config.pipeline import API_VERSION, PROFILE_LABEL, build_policy, load_documents
 from engine.config.schema_check import did_you_mean, inline_refs, schema_problems, validation_problems
 from engine.evaluate.engine import Engine
@@ -667,14 +667,7 @@ def discover(paths: Sequence[Path]) -> tuple[list[Document], list[Problem]]:
     problems: list[Problem] = []
     for p in paths:
         if p.is_dir():
-            files = sorted(
-                f
-                for f in p.rglob("*")
-                if f.suffix in YAML_SUFFIXES
-                and f.is_file()
-                and not any(part.startswith(".") for part in f.relative_to(p).parts)
-            )
-            for f in files:
+            for f in yaml_files_under(p):
                 try:
                     docs.extend(d for d in read_file(f) if _is_suite(d))
                 except PolicyError as exc:

@@ -438,6 +438,18 @@ _FILE_CACHE_SIZE = 256
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
+def yaml_files_under(directory: Path) -> list[Path]:
+    """Every *.yaml/*.yml below ``directory``, sorted, skipping hidden entries (a ConfigMap mount's
+    ``..data`` and timestamped directories would otherwise be read twice)."""
+    return sorted(
+        f
+        for f in directory.rglob("*")
+        if f.suffix in YAML_SUFFIXES
+        and f.is_file()
+        and not any(part.startswith(".") for part in f.relative_to(directory).parts)
+    )
+
+
 def expand_paths(paths: list[Path]) -> tuple[list[Path], list[Problem]]:
     """Files named directly, plus every *.yaml/*.yml below named directories (sorted, hidden skipped).
 
@@ -448,14 +460,7 @@ def expand_paths(paths: list[Path]) -> tuple[list[Path], list[Problem]]:
     problems: list[Problem] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(
-                f
-                for f in p.rglob("*")
-                if f.suffix in YAML_SUFFIXES
-                and f.is_file()
-                and not any(part.startswith(".") for part in f.relative_to(p).parts)
-            )
-            files.extend(found)
+            files.extend(yaml_files_under(p))
         elif p.is_file():
             files.append(p)
         else:
