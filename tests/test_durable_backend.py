@@ -36,7 +36,7 @@ from engine.evaluate import durable
 from engine.evaluate.compiler import PythonBackend, compile_rules, fact_key, relaxed
 from engine.evaluate.durable import INSTALL_HINT, DurableBackend, DurableBackendError, translate
 from engine.evaluate.engine import Engine
-from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
+from engine.evaluate.factview import EMPTY_ITEM, ItemFacts, item_facts
 from engine.evaluate.state import EngineState
 from engine.model.factnames import FactSpec, registry
 from engine.model.facts import Container, Cpu, Metrics, Snapshot, Topology, Workload
@@ -205,18 +205,18 @@ CASES: list[tuple[str, Condition, dict[str, Any], dict[str, Any], Any, bool, boo
     ("hysteresis-lt-unlatched", cold, n(mem=24), {}, EMPTY_ITEM, False, False),
     ("hysteresis-not-latched", Not(hot), n(mem=76), {}, EMPTY_ITEM, True, False),
     ("hysteresis-mixed", AllOf((hot, psi15)), n(mem=77, psi=15), {}, EMPTY_ITEM, True, True),
-    ("several-ops-inside", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, ItemFacts({"memory.below_watermark_count": 7}, {}), False, True),
-    ("several-ops-edge", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, ItemFacts({"memory.below_watermark_count": 12}, {}), False, False),
+    ("several-ops-inside", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, item_facts({"memory.below_watermark_count": 7}, {}), False, True),
+    ("several-ops-edge", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, item_facts({"memory.below_watermark_count": 12}, {}), False, False),
     ("several-ops-missing", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, EMPTY_ITEM, False, False),
     ("str-eq", fact(QOS, "eq", "BestEffort"), {}, {}, {"kube_qos": "BestEffort"}, False, True),
     ("str-eq-prefix", fact(QOS, "eq", "BestEffort"), {}, {}, {"kube_qos": "Best"}, False, False),
     ("str-eq-longer", fact(QOS, "eq", "Best"), {}, {}, {"kube_qos": "BestEffort"}, False, False),
-    ("str-eq-missing", fact(QOS, "eq", "BestEffort"), {}, {}, {}, False, False),
+    ("str-eq-missing", fact(QOS, "eq", "BestEffort"), {}, {}, EMPTY_ITEM, False, False),
     ("str-ne", fact(QOS, "ne", "BestEffort"), {}, {}, {"kube_qos": "Burstable"}, False, True),
-    ("str-ne-missing", fact(QOS, "ne", "BestEffort"), {}, {}, {}, False, False),
+    ("str-ne-missing", fact(QOS, "ne", "BestEffort"), {}, {}, EMPTY_ITEM, False, False),
     ("str-in", fact(QOS, "in", ["Guaranteed", "Burstable"]), {}, {}, {"kube_qos": "Burstable"}, False, True),
     ("str-in-other", fact(QOS, "in", ["Guaranteed", "Burstable"]), {}, {}, {"kube_qos": "BestEffort"}, False, False),
-    ("str-not-in-missing", Not(fact(QOS, "in", ["Guaranteed"])), {}, {}, {}, False, True),
+    ("str-not-in-missing", Not(fact(QOS, "in", ["Guaranteed"])), {}, {}, EMPTY_ITEM, False, True),
     ("str-numeric-looking", fact("pod.name", "eq", "95"), {}, {}, {"name": "95.0"}, False, False),
     ("str-numeric-same", fact("pod.name", "eq", "95"), {}, {}, {"name": "95"}, False, True),
     ("str-escapes", fact("pod.name", "eq", 'a"b\\c é ☃'), {}, {}, {"name": 'a"b\\c é ☃'}, False, True),
@@ -224,20 +224,20 @@ CASES: list[tuple[str, Condition, dict[str, Any], dict[str, Any], Any, bool, boo
     ("str-empty", fact("pod.namespace", "ne", ""), {}, {}, {"namespace": ""}, False, False),
     ("bool-eq-true", fact("pod.flag", "eq", True), {}, {}, {"flag": True}, False, True),
     ("bool-eq-false", fact("pod.flag", "eq", True), {}, {}, {"flag": False}, False, False),
-    ("bool-eq-missing", fact("pod.flag", "eq", False), {}, {}, {}, False, False),
+    ("bool-eq-missing", fact("pod.flag", "eq", False), {}, {}, EMPTY_ITEM, False, False),
     ("bool-ne", fact("pod.flag", "ne", True), {}, {}, {"flag": False}, False, True),
     ("bool-in", fact("pod.flag", "in", [False]), {}, {}, {"flag": False}, False, True),
-    ("bool-not-eq-missing", Not(fact("pod.flag", "eq", True)), {}, {}, {}, False, True),
+    ("bool-not-eq-missing", Not(fact("pod.flag", "eq", True)), {}, {}, EMPTY_ITEM, False, True),
     ("class-fact", fact(SAT, "lt", 0.2), {}, {"class.reclaimed_cores.cpu.satisfaction": 0.1}, EMPTY_ITEM, False, True),
     ("class-fact-edge", fact(SAT, "lt", 0.2), {}, {"class.reclaimed_cores.cpu.satisfaction": 0.2}, EMPTY_ITEM, False, False),
     ("class-fact-missing", fact(SAT, "lt", 0.2), {}, {}, EMPTY_ITEM, False, False),
     ("class-pods-integer", fact("class.reclaimed_cores.pods", "gte", 3), {}, {"class.reclaimed_cores.pods": 3}, EMPTY_ITEM, False, True),
     ("window-key", fact(PSI, "gte", 15, window=15.0, agg="min"), {"psi.memory.some.avg10@min:15s": 20.0}, {}, EMPTY_ITEM, False, True),
     ("window-key-not-last", fact(PSI, "gte", 15, window=15.0, agg="min"), n(psi=20), {}, EMPTY_ITEM, False, False),
-    ("item-ratio", fact("pod.memory.usage_over_request", "gt", 1.05), {}, {}, ItemFacts({"memory.usage_bytes": 110.0}, {"memory.request_bytes": 100.0}), False, True),
-    ("item-ratio-no-request", fact("pod.memory.usage_over_request", "gt", 1.05), {}, {}, ItemFacts({"memory.usage_bytes": 110.0}, {"memory.request_bytes": 0.0}), False, False),
-    ("item-derived", fact("pod.priority", "lte", 5999), {}, {}, ItemFacts({}, {"priority": 5500}), False, True),
-    ("item-measured-wins", fact("pod.priority", "lte", 5999), {}, {}, ItemFacts({"priority": 7000}, {"priority": 5500}), False, False),
+    ("item-ratio", fact("pod.memory.usage_over_request", "gt", 1.05), {}, {}, item_facts({"memory.usage_bytes": 110.0}, {"memory.request_bytes": 100.0}), False, True),
+    ("item-ratio-no-request", fact("pod.memory.usage_over_request", "gt", 1.05), {}, {}, item_facts({"memory.usage_bytes": 110.0}, {"memory.request_bytes": 0.0}), False, False),
+    ("item-derived", fact("pod.priority", "lte", 5999), {}, {}, item_facts({}, {"priority": 5500}), False, True),
+    ("item-measured-wins", fact("pod.priority", "lte", 5999), {}, {}, item_facts({"priority": 7000}, {"priority": 5500}), False, False),
 ]  # fmt: skip
 
 
@@ -265,7 +265,8 @@ def table() -> Iterator[Pair]:
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c[0] for c in CASES])
 def test_operator_table(table: Pair, index: int) -> None:
     _, _, node, classes, item, latched, expected = CASES[index]
-    py, du = table.both(node, classes, [(index, "when", item, latched)])
+    facts = item if isinstance(item, ItemFacts) else item_facts(item, {})
+    py, du = table.both(node, classes, [(index, "when", [facts], latched)])
     assert py == [expected], "the table's expectation disagrees with the Python backend"
     assert du == py
 
@@ -277,11 +278,11 @@ def test_whole_table_as_one_batch(table: Pair) -> None:
     classes = {"class.reclaimed_cores.cpu.satisfaction": 0.1, "class.reclaimed_cores.pods": 4}
     items = [
         EMPTY_ITEM,
-        ItemFacts({"memory.below_watermark_count": 8}, {"kube_qos": "Burstable"}),
-        {"flag": True},
+        item_facts({"memory.below_watermark_count": 8}, {"kube_qos": "Burstable"}),
+        item_facts({"flag": True}, {}),
     ]
     calls = [
-        (i, "when", item, latched) for i in range(len(CASES)) for item in items for latched in (False, True)
+        (i, "when", [item], latched) for i in range(len(CASES)) for item in items for latched in (False, True)
     ]
     py, du = table.both(node, classes, calls)
     assert du == py
@@ -292,8 +293,8 @@ def test_whole_table_as_one_batch(table: Pair) -> None:
 def test_clear_when_and_rules_without_condition() -> None:
     pair = Pair(policy_with([(gt80, fact(MEM, "lt", 60)), (None, None), (None, gt80)]))
     try:
-        calls = [(0, "when", EMPTY_ITEM, False), (0, "clear", EMPTY_ITEM, False), (1, "when", EMPTY_ITEM, False),
-                 (2, "when", EMPTY_ITEM, True), (2, "clear", EMPTY_ITEM, False)]  # fmt: skip
+        calls = [(0, "when", [EMPTY_ITEM], False), (0, "clear", [EMPTY_ITEM], False), (1, "when", [EMPTY_ITEM], False),
+                 (2, "when", [EMPTY_ITEM], True), (2, "clear", [EMPTY_ITEM], False)]  # fmt: skip
         for mem in (50, 70, 90, None):
             py, du = pair.both(n(mem=mem), {}, calls)
             assert du == py
@@ -312,14 +313,14 @@ def test_wrongly_typed_values_never_reach_durable() -> None:
     pair = Pair(policy_with([(c, None) for c in conditions]))
     try:
         calls = [
-            (i, "when", {"kube_qos": 3, "flag": "true", "memory.below_watermark_count": [7]}, False)
+            (i, "when", [item_facts({"kube_qos": 3, "flag": "true", "memory.below_watermark_count": [7]}, {})], False)
             for i in range(len(conditions))
         ]
         for mem in ("95", "x", b"95", True, 10**400, [95]):
             py, du = pair.both(n(mem=mem, psi=20), {}, calls)
             assert du == py, mem
         assert pair.du.evaluate_many(n(mem="95"), {}, calls[:1]) == [False]  # durable alone: "95" > 80
-        assert pair.both(n(mem=True), {}, [(0, "when", EMPTY_ITEM, False)]) == ([False], [False])
+        assert pair.both(n(mem=True), {}, [(0, "when", [EMPTY_ITEM], False)]) == ([False], [False])
     finally:
         pair.du.close()
 
@@ -430,7 +431,7 @@ def test_deep_condition_is_split_into_dnf_terms() -> None:
     try:
         assert len(pair.du.plan.definition) > 20  # split into terms
         rng = random.Random(7)
-        calls = [(0, "when", EMPTY_ITEM, False), (1, "when", EMPTY_ITEM, False)]
+        calls = [(0, "when", [EMPTY_ITEM], False), (1, "when", [EMPTY_ITEM], False)]
         answers = []
         for _ in range(300):
             py, du = pair.both(random_node(rng, [0, 3, 10, 30, 57, 25]), {}, calls)
@@ -448,7 +449,7 @@ def test_more_routes_than_one_alpha_node_can_hold() -> None:
     pair = Pair(policy_with(conditions))
     try:
         rng = random.Random(3)
-        calls = [(i, w, EMPTY_ITEM, False) for i in range(600) for w in ("when", "clear")]
+        calls = [(i, w, [EMPTY_ITEM], False) for i in range(600) for w in ("when", "clear")]
         for _ in range(5):
             node = {"memory.usage_percent": rng.uniform(0, 60), "psi.memory.some.avg10": rng.uniform(0, 120)}
             py, du = pair.both(node, {}, calls)
@@ -500,9 +501,9 @@ def test_synthetic_policy_all_operators(tmp_path: Path) -> None:
             facts = {k: draw(cs) for k, cs in reads.items()}
             node = {k: v for k, v in facts.items() if v is not None}
             classes = {k: v for k, v in node.items() if k.startswith("class.")}
-            items = [{k: draw(cs) for k, cs in reads.items()} for _ in range(3)]
+            items = [item_facts({k: draw(cs) for k, cs in reads.items()}, {}) for _ in range(3)]
             calls = [
-                (i, which, item, latched)
+                (i, which, [item], latched)
                 for i, r in enumerate(policy.rules)
                 for which, cond in (("when", r.when), ("clear", r.clear_when))
                 if cond is not None
@@ -524,7 +525,7 @@ def test_synthetic_policy_all_operators(tmp_path: Path) -> None:
 def test_killed_worker_is_reported_then_replaced() -> None:
     pair = Pair(policy_with([(gt80, None)]))
     try:
-        call = [(0, "when", EMPTY_ITEM, False)]
+        call = [(0, "when", [EMPTY_ITEM], False)]
         assert pair.du.evaluate_many(n(mem=90), {}, call) == [True]
         pid = pair.du.pid
         assert pid is not None
@@ -544,7 +545,7 @@ def test_killed_worker_is_reported_then_replaced() -> None:
 def test_hung_worker_times_out_instead_of_hanging() -> None:
     pair = Pair(policy_with([(gt80, None)]), timeout=1.0)
     try:
-        call = [(0, "when", EMPTY_ITEM, False)]
+        call = [(0, "when", [EMPTY_ITEM], False)]
         pid = pair.du.pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
@@ -575,7 +576,7 @@ def test_errors_inside_durable_surface_with_the_reason(monkeypatch: pytest.Monke
             DurableBackend(policy, compile_rules(policy))
     pair = Pair(policy)
     try:
-        call = [(0, "when", EMPTY_ITEM, False)]
+        call = [(0, "when", [EMPTY_ITEM], False)]
         with monkeypatch.context() as m:
             m.setattr(durable, "_number", python_json_number)
             # measured: the batch is accepted, then start_action_for_state segfaults in the worker
@@ -600,7 +601,7 @@ def test_close_stops_the_worker_and_is_idempotent() -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     with pytest.raises(DurableBackendError, match="was closed"):
-        pair.du.evaluate_many(n(mem=90), {}, [(0, "when", EMPTY_ITEM, False)])
+        pair.du.evaluate_many(n(mem=90), {}, [(0, "when", [EMPTY_ITEM], False)])
 
 
 @needs_durable
@@ -683,13 +684,14 @@ class Checked:
     def evaluate_many(self, node: Any, classes: Any, calls: list[Any]) -> list[bool]:
         answers = self.du.evaluate_many(node, classes, calls)
         expected = self.py.evaluate_many(node, classes, calls)
-        self.calls += len(calls)
-        for (index, which, _, _), answer in zip(calls, answers, strict=True):
+        flat = [(index, which, item, latched) for index, which, items, latched in calls for item in items]
+        self.calls += len(flat)
+        for (index, which, _, _), answer in zip(flat, answers, strict=True):
             self.outcomes.setdefault((self.policy.rules[index].name, which), set()).add(answer)
         if answers != expected:
             diffs = [
-                f"{self.policy.rules[c[0]].name} {c[1]} latched={c[3]} durable={a} python={e} item={getattr(c[2], 'measured', c[2])}"
-                for c, a, e in zip(calls, answers, expected, strict=True)
+                f"{self.policy.rules[c[0]].name} {c[1]} latched={c[3]} durable={a} python={e} item={dict(c[2])}"
+                for c, a, e in zip(flat, answers, expected, strict=True)
                 if a != e
             ]
             raise AssertionError(

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from engine.config.conditions import AllOf, AnyOf, Compare, Condition, Not
 from engine.config.policy import QoSClass
 from engine.evaluate.compiler import to_source
-from engine.evaluate.factview import ItemFacts
+from engine.evaluate.factview import item_facts
 from engine.model.factnames import registry
 from engine.model.intents import EvictIntent, Provenance
 from engine.plan.planner import Guards, plan
@@ -108,7 +108,7 @@ def test_generated_code_matches_the_reference(cond: Condition, data: st.DataObje
     for k in ("class", "kube_qos"):
         if data.draw(st.booleans()):
             i[k] = data.draw(st.sampled_from(["be", "ls", "Guaranteed", "BestEffort"]))
-    assert fn(n, c, ItemFacts(i, {}), latched) == reference(cond, n, c, i, latched)
+    assert fn(n, c, item_facts(i, {}), latched) == reference(cond, n, c, i, latched)
 
 
 POLICY = policy(

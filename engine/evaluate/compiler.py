@@ -7,14 +7,15 @@ policy (numbers and strings, inserted with ``repr``), so the generated code is d
 injectable.
 
 Generated signature: ``f(N, C, I, L) -> bool`` with N the node facts (dict), C the class facts (flat
-dict ``class.<name>.<path>``), I the item facts (NUMA node, pod or container; anything with ``get``)
-and L whether the rule is latched (fired and not cleared), which selects hysteresis thresholds.
+dict ``class.<name>.<path>``), I the item facts (NUMA node, pod or container: an ``ItemFacts``,
+read by subscription) and L whether the rule is latched (fired and not cleared), which selects
+hysteresis thresholds.
 A missing fact makes a comparison false (``exists: false`` is the way to test absence).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,8 @@ def relaxed(c: Compare) -> float | None:
 
 
 def _compare_src(c: Compare) -> str:
-    get = f"{source_var(c)}.get({fact_key(c)!r})"
+    var = source_var(c)
+    get = f"I[{fact_key(c)!r}]" if var == "I" else f"{var}.get({fact_key(c)!r})"
     if c.op == "exists":
         return f"(({get} is not None) is {bool(c.value)!r})"
     if c.op == "in":
@@ -82,7 +84,8 @@ class CompiledRule:
     source: str
 
 
-Call = tuple[int, str, Any, bool]  # (rule index, "when" | "clear", item facts, latched)
+Call = tuple[int, str, Sequence[Any], bool]
+"""(rule index, "when" | "clear", the items' facts, latched): one answer per item, in order."""
 
 
 class PythonBackend:
@@ -102,19 +105,28 @@ class PythonBackend:
         self, node: Mapping[str, Any], classes: Mapping[str, Any], calls: list[Call]
     ) -> list[bool]:
         out: list[bool] = []
-        append = out.append
         whens, clears = self._fns["when"], self._fns["clear"]
-        for index, which, item, latched in calls:
+        for index, which, items, latched in calls:
+            fn = (whens if which == "when" else clears)[index]
             try:
-                append((whens if which == "when" else clears)[index](node, classes, item, latched))
+                out.extend([fn(node, classes, item, latched) for item in items])
             except TypeError:
-                # A collector sent a value of the wrong type (text where a number belongs): the
-                # comparison cannot hold, and one bad metric must not stop the tick.
-                append(False)
+                out.extend([_guarded(fn, node, classes, item, latched) for item in items])
         return out
 
     def close(self) -> None:
         """Nothing to release in-process; the durable backend stops its worker here."""
+
+
+def _guarded(
+    fn: CondFn, node: Mapping[str, Any], classes: Mapping[str, Any], item: Any, latched: bool
+) -> bool:
+    try:
+        return fn(node, classes, item, latched)
+    except TypeError:
+        # A collector sent a value of the wrong type (text where a number belongs): the comparison
+        # cannot hold, and one bad metric must not stop the tick.
+        return False
 
 
 def compile_rules(policy: Policy) -> tuple[CompiledRule, ...]:

@@ -33,16 +33,16 @@ How conditions become rulesets (data, not decorators)
     equalities; ``exists`` is ``$ex``/``$nex``. Hysteresis: the latched route uses ``relaxed(c)``.
 
 How facts are encoded
-    Each call of ``evaluate_many`` becomes one *event* ``{"id": n, "qosd": 1, "g<G>": 1, "r<R>": 1,
-    "a<N>": value, ...}`` holding only the facts that route's condition reads (``fact_key``), so one tick
-    is one batch of events and one round trip. Values are normalized by the fact's declared kind:
+    Each item of each call of ``evaluate_many`` becomes one *event* ``{"id": n, "qosd": 1, "g<G>": 1,
+    "r<R>": 1, "a<N>": value, ...}`` holding only the facts that route's condition reads (``fact_key``),
+    so one tick is one batch of events and one round trip. Values are normalized by the fact's declared kind:
     numbers (and booleans read as numbers, as Python does) as floats, strings as strings, booleans as
     booleans. A missing fact (None) is left out, which makes every comparison on it false, as in Python.
     A value that is present but not comparable, NaN or a value of the wrong kind (text where a number
     belongs), is left out too and sets ``n<N>`` instead: ``exists`` sees it, ``ne`` holds, every other
     comparison is false, as for NaN in Python. durable itself compares across types ("95" > 80 and
     true == "true" are true), so nothing of the wrong kind is ever sent. (The Python backend answers
-    False for a whole call whose evaluation raised TypeError; for a comparison under ``not`` or inside
+    False for an item whose evaluation raised TypeError; for a comparison under ``not`` or inside
     ``any`` that depends on evaluation order and can differ from this per-comparison rule. Collectors
     send well-typed facts, so this only concerns broken input.) Numbers are written so durable's JSON
     parser reads them exactly: an exponent without a fraction (``1e-05``, ``1e+20``, as json.dumps
@@ -786,25 +786,29 @@ class DurableBackend:
             return self._evaluate(node, classes, calls)
 
     def _evaluate(self, node: Mapping[str, Any], classes: Mapping[str, Any], calls: list[Call]) -> list[bool]:
-        out = [True] * len(calls)
+        out = [True] * sum(len(items) for _, _, items, _ in calls)
         order: list[int] = []
         events: list[str] = []
         table = self.plan.table
         base = self._next_id
-        for pos, (index, which, item, latched) in enumerate(calls):
+        pos = 0
+        for index, which, items, latched in calls:
             pair = table[index][0 if which == "when" else 1]
             if pair is None:
+                pos += len(items)
                 continue  # no condition: true, as in the Python backend
             route = pair[1] if latched else pair[0]
-            parts = ['{"id":', str(base + len(events)), route.head]
-            for a in route.attrs:
-                src = node if a.source == "N" else classes if a.source == "C" else item
-                value = src.get(a.key)
-                if value is not None:
-                    parts.append(a.encode(value))
-            parts.append("}")
-            events.append("".join(parts))
-            order.append(pos)
+            for item in items:
+                parts = ['{"id":', str(base + len(events)), route.head]
+                for a in route.attrs:
+                    src = node if a.source == "N" else classes if a.source == "C" else item
+                    value = src.get(a.key)
+                    if value is not None:
+                        parts.append(a.encode(value))
+                parts.append("}")
+                events.append("".join(parts))
+                order.append(pos)
+                pos += 1
         if not events:
             return out
         answers = self._call(base, len(events), "[" + ",".join(events) + "]")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -21,7 +22,7 @@ from engine.config.policy import Policy
 from engine.config.render import RenderError
 from engine.evaluate.classify import Classifier
 from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key, observe
-from engine.evaluate.factview import EMPTY_ITEM, FactViews, ItemFacts
+from engine.evaluate.factview import ACTIVE_PHASES, EMPTY_ITEM, FactViews, ItemFacts, ScopeItems
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, Provenance
@@ -34,8 +35,6 @@ USE_FACTS = {
     "cpu": ("cpu.usage_cores", "cpu.request_cores"),
     "memory": ("memory.usage_bytes", "memory.request_bytes"),
 }
-
-ACTIVE_PHASES = ("Running", "Pending")
 
 
 class Backend(Protocol):
@@ -123,6 +122,7 @@ class _Tick:
     fired: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     round: Round = field(default_factory=Round)
+    stateful: set[str] = field(default_factory=set)  # rules with held or latched items at tick start
 
 
 class Engine:
@@ -173,8 +173,9 @@ class Engine:
                 if uid in live and live[uid].phase in ACTIVE_PHASES and now - rec.since < EVICTING_TTL
             },
         )
+        t.stateful = {k.split("|", 1)[0] for k in t.held} | {k.split("|", 1)[0] for k in t.latched}
         classes = views.classes(self.class_keys) if self.class_keys else MappingProxyType({})
-        for cr, evaluated in zip(self.rules, self._conditions(snap, views, classes, t), strict=True):
+        for cr, evaluated in zip(self.rules, self._conditions(views, classes, t), strict=True):
             self._run_rule(cr, evaluated, snap, views, classes, t)
         new_state = EngineState(
             held_since=MappingProxyType(t.held),
@@ -205,74 +206,68 @@ class Engine:
 
     # ---------------------------------------------------------------- rules
 
-    def _items(
-        self, scope: str, snap: Snapshot, views: FactViews
-    ) -> Iterator[tuple[str | None, Any, Workload | None]]:
-        if scope == "node":
-            yield None, EMPTY_ITEM, None
-        elif scope == "numa":
-            for nid, facts in views.numa.items():
-                yield str(nid), facts, None
-        elif scope == "pod":
-            for w in snap.workloads:
-                if w.phase in ACTIVE_PHASES:
-                    yield w.key, views.pod(w), w
-        else:
-            for w in snap.workloads:
-                if w.phase in ACTIVE_PHASES:
-                    for c in w.containers:
-                        yield f"{w.key}/{c.name}", views.container(w, c.name), w
-
     def _conditions(
-        self, snap: Snapshot, views: FactViews, classes: Mapping[str, Any], t: _Tick
-    ) -> list[list[tuple[str | None, Any, Workload | None, bool, bool]]]:
+        self, views: FactViews, classes: Mapping[str, Any], t: _Tick
+    ) -> list[tuple[ScopeItems, list[bool], list[bool]]]:
         """Phase 1: every rule's conditions over its items, in one batch for the backend.
 
-        Returns per rule the items with (key, facts, workload, latched, holds)."""
-        items_per_rule: list[list[tuple[str | None, Any, Workload | None, bool]]] = []
+        Returns per rule its scope's items, which of them were latched, and which hold. A rule with
+        nothing latched (the steady state) is one call over all its items."""
+        latched_rules = {k.split("|", 1)[0] for k in t.latched}
         calls: list[Call] = []
+        per_rule: list[tuple[ScopeItems, list[bool]]] = []
         for index, cr in enumerate(self.rules):
-            items = []
-            for key, facts, workload in self._items(cr.rule.scope, snap, views):
-                latched = item_key(cr.rule.name, key) in t.latched
-                items.append((key, facts, workload, latched))
-                calls.append((index, "when", facts, latched))
-                if latched and cr.clear is not None:
-                    calls.append((index, "clear", facts, False))
-            items_per_rule.append(items)
+            items = views.items(cr.rule.scope)
+            name = cr.rule.name
+            if name not in latched_rules:
+                flags = [False] * len(items.facts)
+                calls.append((index, "when", items.facts, False))
+            else:
+                flags = [item_key(name, key) in t.latched for key in items.keys]
+                for facts, latched in zip(items.facts, flags, strict=True):
+                    calls.append((index, "when", (facts,), latched))
+                    if latched and cr.clear is not None:
+                        calls.append((index, "clear", (facts,), False))
+            per_rule.append((items, flags))
         answers = iter(self.backend.evaluate_many(views.node, classes, calls))
         out = []
-        for index, items in enumerate(items_per_rule):
-            has_clear = self.rules[index].clear is not None
-            evaluated = []
-            for key, facts, workload, latched in items:
-                held = next(answers)
-                if latched and has_clear:
-                    held = not next(answers)
-                evaluated.append((key, facts, workload, latched, held))
-            out.append(evaluated)
+        for index, (items, flags) in enumerate(per_rule):
+            if not any(flags):
+                held = list(islice(answers, len(flags)))
+            else:
+                has_clear = self.rules[index].clear is not None
+                held = []
+                for latched in flags:
+                    h = next(answers)
+                    if latched and has_clear:
+                        h = not next(answers)
+                    held.append(h)
+            out.append((items, flags, held))
         return out
 
     def _run_rule(
         self,
         cr: CompiledRule,
-        evaluated: list[tuple[str | None, Any, Workload | None, bool, bool]],
+        evaluated: tuple[ScopeItems, list[bool], list[bool]],
         snap: Snapshot,
         views: FactViews,
         classes: Mapping[str, Any],
         t: _Tick,
     ) -> None:
         rule = cr.rule
+        items, flags, held = evaluated
         matched: list[tuple[str | None, Any, Workload | None, bool]] = []
-        for key, facts, workload, latched, held in evaluated:
-            k = item_key(rule.name, key)
-            if not held:
-                t.held.pop(k, None)
-                t.latched.discard(k)
-                continue
-            since = t.held.setdefault(k, t.now)
+        if rule.name in t.stateful:
+            for i, h in enumerate(held):
+                if not h:
+                    k = item_key(rule.name, items.keys[i])
+                    t.held.pop(k, None)
+                    t.latched.discard(k)
+        for i in [i for i, h in enumerate(held) if h]:
+            key = items.keys[i]
+            since = t.held.setdefault(item_key(rule.name, key), t.now)
             if t.now - since >= rule.sustain:
-                matched.append((key, facts, workload, latched))
+                matched.append((key, items.facts[i], items.workloads[i], flags[i]))
         if not matched:
             return
         if self._publish_only(rule) and self._within_report_interval(rule.name, t):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from engine.evaluate.classify import Classifier
@@ -22,27 +24,41 @@ RATIOS: Mapping[str, tuple[str, str]] = {
 }
 
 
-class ItemFacts:
-    """Facts of one NUMA node, pod or container: ``get`` looks in measured, then derived, then ratios."""
+class ItemFacts(dict[str, Any]):
+    """Facts of one NUMA node, pod or container, flattened: measured values over derived ones.
 
-    __slots__ = ("derived", "measured")
+    A dict so generated conditions read it with C-speed subscription (``I[key]``); a missing key
+    goes through ``__missing__``, which computes ratio facts once and otherwise answers None.
+    ``get`` keeps the same semantics for strategies and explanations."""
 
-    def __init__(self, measured: FactMap, derived: FactMap):
-        self.measured = measured
-        self.derived = derived
+    __slots__ = ()
+
+    def __missing__(self, key: str) -> Any:
+        pair = RATIOS.get(key)
+        if pair is None:
+            return None
+        num, den = dict.get(self, pair[0]), dict.get(self, pair[1])
+        if num is None or not den:
+            return None
+        value = num / den
+        self[key] = value
+        return value
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = self.measured.get(key)
-        if value is None:
-            value = self.derived.get(key)
-        if value is None and key in RATIOS:
-            num, den = (self.get(k) for k in RATIOS[key])
-            if num is not None and den:
-                value = num / den
+        value = self[key]
         return default if value is None else value
 
 
-EMPTY_ITEM = ItemFacts(EMPTY, EMPTY)
+def item_facts(measured: FactMap, derived: FactMap) -> ItemFacts:
+    """Measured values over derived ones (a collector's number beats an estimate)."""
+    facts = ItemFacts(derived)
+    if measured:
+        # A read-only proxy updates through the generic mapping path, at twice the cost of its copy.
+        facts.update(measured.copy() if type(measured) is MappingProxyType else measured)
+    return facts
+
+
+EMPTY_ITEM = ItemFacts()
 
 
 def _percent_keys(
@@ -58,6 +74,19 @@ def _percent_keys(
             facts[out] = math.floor(pct) if floor else pct
 
 
+ACTIVE_PHASES = ("Running", "Pending")
+
+
+@dataclass(frozen=True)
+class ScopeItems:
+    """The items of one rule scope in one tick, as parallel lists (keys, facts, workloads): every
+    rule of the scope shares them, and the backend receives ``facts`` as one batch."""
+
+    keys: list[str | None]
+    facts: list[ItemFacts]
+    workloads: list[Workload | None]
+
+
 class FactViews:
     """Everything conditions and strategies read in one tick, built once per snapshot."""
 
@@ -69,6 +98,32 @@ class FactViews:
         self._numa: dict[int, ItemFacts] | None = None
         self._pods: dict[str, ItemFacts] = {}
         self._classes: dict[str, Any] | None = None
+        self._scopes: dict[str, ScopeItems] = {}
+
+    def items(self, scope: str) -> ScopeItems:
+        """The node, each NUMA node, each active pod or each of their containers, built once a tick."""
+        hit = self._scopes.get(scope)
+        if hit is not None:
+            return hit
+        if scope == "node":
+            out = ScopeItems([None], [EMPTY_ITEM], [None])
+        elif scope == "numa":
+            numa = self.numa
+            out = ScopeItems([str(n) for n in numa], list(numa.values()), [None] * len(numa))
+        elif scope == "pod":
+            pods = [w for w in self.snapshot.workloads if w.phase in ACTIVE_PHASES]
+            out = ScopeItems([w.key for w in pods], [self.pod(w) for w in pods], list(pods))
+        else:
+            pairs = [
+                (w, c.name) for w in self.snapshot.workloads if w.phase in ACTIVE_PHASES for c in w.containers
+            ]
+            out = ScopeItems(
+                [f"{w.key}/{name}" for w, name in pairs],
+                [self.container(w, name) for w, name in pairs],
+                [w for w, _ in pairs],
+            )
+        self._scopes[scope] = out
+        return out
 
     # ---- node
     def _node(self) -> dict[str, Any]:
@@ -108,7 +163,7 @@ class FactViews:
                     derived["memory.total_bytes"] = total
                 _percent_keys(measured, "memory.usage_bytes", total, "memory.usage_percent", floor=True)
                 _percent_keys(measured, "cpu.usage_cores", cpus, "cpu.usage_percent", floor=False)
-                out[nid] = ItemFacts(measured, derived)
+                out[nid] = item_facts(measured, derived)
             self._numa = out
         return self._numa
 
@@ -116,7 +171,7 @@ class FactViews:
     def pod(self, w: Workload) -> ItemFacts:
         view = self._pods.get(w.uid)
         if view is None:
-            view = ItemFacts(self.snapshot.metrics.pods.get(w.uid, EMPTY), self._pod_static(w))
+            view = item_facts(self.snapshot.metrics.pods.get(w.uid, EMPTY), self._pod_static(w))
             self._pods[w.uid] = view
         return view
 
@@ -157,7 +212,7 @@ class FactViews:
                 derived["cpu.limit_cores"] = c.limits["cpu"]
             if "memory" in c.limits:
                 derived["memory.limit_bytes"] = c.limits["memory"]
-        return ItemFacts(measured, derived)
+        return item_facts(measured, derived)
 
     # ---- classes
     def classes(self, wanted: frozenset[str]) -> Mapping[str, Any]:

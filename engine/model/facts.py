@@ -95,8 +95,9 @@ class Workload:
     cgroup_path: str = ""
     containers: tuple[Container, ...] = ()
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """namespace/name; cached because every tick reads it for every pod."""
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
     def request(self, resource: str) -> float:
