@@ -27,6 +27,7 @@ class TickResult:
 
 def run_tick(engine: Engine, snapshot: Snapshot, state: EngineState, guards: Guards) -> TickResult:
     evaluation = engine.evaluate(snapshot, state)
-    result = plan(evaluation.intents, engine.policy, guards, snapshot.cgroups)
+    resctrl = snapshot.resctrl.groups if snapshot.resctrl.mounted else None
+    result = plan(evaluation.intents, engine.policy, guards, snapshot.cgroups, resctrl)
     next_state = record_evictions(evaluation.state, list(result.evicted), snapshot.time)
     return TickResult(evaluation, result, next_state)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from jsonschema import Draft202012Validator
 
 from engine.cli import main as cli_main
@@ -36,8 +37,13 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def suite(tmp_path: Path, body: str, name: str = "suite.yaml") -> Path:
     """A RuleTest file in tmp_path; FACTS in the body names a copy of the memory-pressure snapshot
-    next to it (a short relative path keeps the columns in expected messages readable)."""
-    (tmp_path / "mp.yaml").write_text(MEMORY_PRESSURE.read_text(), encoding="utf-8")
+    next to it (a short relative path keeps the columns in expected messages readable).
+
+    The copy has no node CPU usage, so be-cpu-suppress is skipped and the intents these tests of the
+    test runner count are the evictions alone (suppress has its own cases in examples/tests)."""
+    facts = yaml.safe_load(MEMORY_PRESSURE.read_text())
+    del facts["metrics"]["node"]["cpu"]
+    (tmp_path / "mp.yaml").write_text(yaml.safe_dump(facts, sort_keys=False), encoding="utf-8")
     text = "apiVersion: qosd.io/v1alpha1\nkind: RuleTest\n" + textwrap.dedent(body).lstrip("\n")
     path = tmp_path / name
     path.write_text(text.replace("FACTS", "mp.yaml"), encoding="utf-8")
@@ -55,7 +61,7 @@ def test_examples_directory_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert "suite koordinator-be-memory-evict" in out
     assert "suite katalyst-memory-eviction" in out
     assert "suite overlays-and-guards" in out
-    assert out.rstrip().endswith("22 case(s) in 3 suite(s): 22 passed")
+    assert out.rstrip().endswith("23 case(s) in 3 suite(s): 23 passed")
 
 
 def test_examples_pass_on_json_output(capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,8 +71,8 @@ def test_examples_pass_on_json_output(capsys: pytest.CaptureFixture[str]) -> Non
     assert report["kind"] == "RuleTestReport" and report["passed"] is True
     assert report["summary"] == {
         "suites": 3,
-        "cases": 22,
-        "pass": 22,
+        "cases": 23,
+        "pass": 23,
         "fail": 0,
         "error": 0,
         "xfail": 0,
@@ -129,8 +135,8 @@ def test_wrong_expectation_fails_with_field_by_field_diff(
         "          ok        kind    evict\n"
         "          MISMATCH  target  expected batch/spark-exec-2, got batch/etl-small\n"
         "          MISMATCH  rank    expected 2, got 1\n"
-        f"      {path}:11:15: rule be-cpu-suppress did not fire (skipped: action 'suppress' has no strategy "
-        "in this version of qosd yet)\n"
+        f"      {path}:11:15: rule be-cpu-suppress did not fire (skipped: suppress needs the node's CPU usage "
+        "(node.cpu.usage_cores); this snapshot has none)\n"
         "        fired: be-memory-evict, publish-batch-resources\n"
         "1 case(s) in 1 suite(s): 0 passed, 1 failed\n"
     )
@@ -652,7 +658,7 @@ def test_cgroup_intents_validate_and_match(tmp_path: Path, capsys: pytest.Captur
     (tmp_path / "burst.yaml").write_text(
         "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: burst-on}\nspec:\n"
         "  priority: 10\n  nodeSelector: {matchLabels: {qosd.io/profile: koordinator}}\n"
-        "  rules:\n    - {name: cpu-burst, enabled: true}\n"
+        "  rules:\n    - {name: cpu-burst, enabled: true}\n    - {name: be-cpu-suppress, enabled: false}\n"
     )
     doc = eval_json(
         capsys, ["--facts", str(tmp_path / "facts.json"), "--rules", str(tmp_path / "burst.yaml")]

@@ -671,6 +671,15 @@ def _check_action(
                 )
     elif kind == "suppress":
         c.ref((*p, "class"), params.get("class"), c.classes, "class")
+        for field_name in ("borrowFrom", "excludeClasses"):
+            for j, name in enumerate(params.get(field_name) or []):
+                c.ref((*p, field_name, j), name, c.classes, "class")
+                if name == params.get("class"):
+                    c.add(
+                        (*p, field_name, j),
+                        f"class {name!r} is the class being suppressed",
+                        f"list other classes in {field_name}",
+                    )
     elif kind == "setCgroup":
         target = params.get("target") or {}
         if "class" in target:

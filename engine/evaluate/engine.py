@@ -10,26 +10,26 @@ is chosen at most once, and pods already being evicted count as released.
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import islice
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from engine.config.conditions import comparisons
 from engine.config.policy import Policy
-from engine.config.render import RenderError
+from engine.evaluate.actions import HANDLERS
 from engine.evaluate.classify import Classifier
-from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key, observe
-from engine.evaluate.factview import ACTIVE_PHASES, EMPTY_ITEM, FactViews, ItemFacts, ScopeItems
+from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key
+from engine.evaluate.context import ActionContext, Skipped, Tick
+from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ScopeItems
+from engine.evaluate.pools import PoolStep
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
-from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, Provenance
+from engine.model.intents import CgroupIntent, EvictIntent, Intent
 from engine.model.units import parse_duration
-from engine.strategies.eviction import Candidate, Round, choose
-from engine.strategies.knobs import KnobFn, compile_knob
-from engine.strategies.reclaim import PodUse, Reclaimable, ReportHistory, reclaimable, report
+from engine.strategies.knobs import KnobFn
+from engine.strategies.pools import PoolPlan
 
 USE_FACTS = {
     "cpu": ("cpu.usage_cores", "cpu.request_cores"),
@@ -61,17 +61,6 @@ def make_backend(name: str, policy: Policy, rules: tuple[CompiledRule, ...]) -> 
 
 
 EVICTING_TTL = 600.0  # forget an eviction record after this long even if the pod lingers
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A rule that matched but did not act, and why (cooldown, rate limit, unsupported action)."""
-
-    rule: str
-    reason: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -107,24 +96,6 @@ class Evaluation:
         }
 
 
-@dataclass
-class _Tick:
-    """Mutable working copy of the engine state for one evaluation."""
-
-    now: float
-    held: dict[str, float]
-    latched: set[str]
-    last_fired: dict[str, float]
-    fired_at: dict[str, tuple[float, ...]]
-    evicting: dict[str, Evicting]
-    reports: dict[str, ReportHistory] = field(default_factory=dict)
-    intents: list[Intent] = field(default_factory=list)
-    fired: list[str] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    round: Round = field(default_factory=Round)
-    stateful: set[str] = field(default_factory=set)  # rules with held or latched items at tick start
-
-
 class Engine:
     """One compiled policy generation. Build it once per reload; call ``evaluate`` every tick."""
 
@@ -154,13 +125,14 @@ class Engine:
             for r in policy.rules
         }
         self._static: dict[int, Any] = {}
-        self._knobs: dict[str, dict[str, KnobFn]] = {}
+        self.pool_step = PoolStep(policy, self.classifier, generation)
+        self.knob_cache: dict[str, dict[str, KnobFn]] = {}  # setCgroup knobs, compiled once per rule
 
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
         views = FactViews(snap, self.classifier, self._static)
         now = snap.time
         live = snap.by_uid
-        t = _Tick(
+        t = Tick(
             now=now,
             held=dict(state.held_since),
             latched=set(state.latched),
@@ -174,9 +146,18 @@ class Engine:
             },
         )
         t.stateful = {k.split("|", 1)[0] for k in t.held} | {k.split("|", 1)[0] for k in t.latched}
+        t.pool_plan = self.pool_step.plan(snap)
         classes = views.classes(self.class_keys) if self.class_keys else MappingProxyType({})
         for cr, evaluated in zip(self.rules, self._conditions(views, classes, t), strict=True):
             self._run_rule(cr, evaluated, snap, views, classes, t)
+        if t.pool_plan is not None:
+            # A rule that sets a pooled file (suppress narrowing the BE cpuset) wins over the pool.
+            taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
+            t.intents.extend(
+                i
+                for i in self.pool_step.intents(snap, t.pool_plan, self.policy.hash)
+                if (i.path, i.file) not in taken
+            )
         new_state = EngineState(
             held_since=MappingProxyType(t.held),
             latched=frozenset(t.latched),
@@ -193,21 +174,24 @@ class Engine:
             new_state,
             tuple(t.fired),
             tuple(t.skipped),
-            self._issues(snap),
+            self._issues(snap, t.pool_plan),
         )
 
-    def _issues(self, snap: Snapshot) -> tuple[WorkloadIssue, ...]:
+    def _issues(self, snap: Snapshot, pools: PoolPlan | None) -> tuple[WorkloadIssue, ...]:
+        """Pods the policy cannot serve as asked (bad enhancements, cores that do not fit)."""
+        pool_errors = pools.errors if pools is not None else {}
         out = []
         for w in snap.workloads:
             c = self.classifier.classify(w)
-            if c.errors:
-                out.append(WorkloadIssue(w.uid, w.key, c.class_name, c.errors))
+            errors = c.errors + pool_errors.get(w.uid, ())
+            if errors:
+                out.append(WorkloadIssue(w.uid, w.key, c.class_name, errors))
         return tuple(out)
 
     # ---------------------------------------------------------------- rules
 
     def _conditions(
-        self, views: FactViews, classes: Mapping[str, Any], t: _Tick
+        self, views: FactViews, classes: Mapping[str, Any], t: Tick
     ) -> list[tuple[ScopeItems, list[bool], list[bool]]]:
         """Phase 1: every rule's conditions over its items, in one batch for the backend.
 
@@ -252,7 +236,7 @@ class Engine:
         snap: Snapshot,
         views: FactViews,
         classes: Mapping[str, Any],
-        t: _Tick,
+        t: Tick,
     ) -> None:
         rule = cr.rule
         items, flags, held = evaluated
@@ -286,18 +270,13 @@ class Engine:
                 return
         acted = False
         for action in rule.actions:
-            if action.kind == "evict":
-                acted |= self._evict(cr, action.params, snap, views, classes, matched, t)
-            elif action.kind in ("taint", "condition", "notify"):
-                acted |= self._node_action(cr, action.kind, action.params, views, classes, matched, t)
-            elif action.kind == "publish":
-                acted |= self._publish(cr, action.params, snap, views, classes, matched, t)
-            elif action.kind == "setCgroup":
-                acted |= self._set_cgroup(cr, action.params, snap, views, classes, matched, t)
-            else:
+            handler = HANDLERS.get(action.kind)
+            if handler is None:
                 t.skipped.append(
                     Skipped(rule.name, f"action {action.kind!r} has no strategy in this version of qosd yet")
                 )
+                continue
+            acted |= handler(ActionContext(self, cr, action.params, snap, views, classes, matched, t))
         for key, *_ in matched:
             t.latched.add(item_key(rule.name, key))
         if acted:
@@ -309,239 +288,9 @@ class Engine:
     def _publish_only(self, rule: Any) -> bool:
         return bool(rule.actions) and all(a.kind == "publish" for a in rule.actions)
 
-    def _within_report_interval(self, name: str, t: _Tick) -> bool:
+    def _within_report_interval(self, name: str, t: Tick) -> bool:
         interval = self.policy.reclaim.report_interval
         return bool(interval) and name in t.last_fired and t.now - t.last_fired[name] < float(interval or 0)
-
-    def _provenance(
-        self,
-        cr: CompiledRule,
-        item: str | None,
-        node: Mapping[str, Any],
-        classes: Mapping[str, Any],
-        facts: Any,
-        latched: bool,
-        inputs: Mapping[str, Any],
-    ) -> Provenance:
-        rule = cr.rule
-        return Provenance(
-            rule=rule.name,
-            policy_hash=self.policy.hash,
-            generation=self.generation,
-            source=str(rule.origin),
-            mode=rule.mode,
-            item=item,
-            conditions=observe(rule.when, node, classes, facts, latched),
-            inputs=MappingProxyType(dict(inputs)),
-        )
-
-    def _node_action(
-        self,
-        cr: CompiledRule,
-        kind: str,
-        params: Mapping[str, Any],
-        views: FactViews,
-        classes: Mapping[str, Any],
-        matched: list[tuple[str | None, Any, Workload | None, bool]],
-        t: _Tick,
-    ) -> bool:
-        """Taints and conditions hold while the rule is latched; an Event is sent when it first fires."""
-        key, facts, _, latched = matched[0]
-        if kind == "notify" and latched:
-            return False
-        t.intents.append(
-            NodeIntent(
-                kind,
-                MappingProxyType(dict(params)),
-                self._provenance(cr, key, views.node, classes, facts, latched, {}),
-            )
-        )
-        return True
-
-    def _publish(
-        self,
-        cr: CompiledRule,
-        params: Mapping[str, Any],
-        snap: Snapshot,
-        views: FactViews,
-        classes: Mapping[str, Any],
-        matched: list[tuple[str | None, Any, Workload | None, bool]],
-        t: _Tick,
-    ) -> bool:
-        """Publish reclaimable capacity of one resource under its extended-resource name."""
-        resource = str(params["resource"])
-        reclaim = self.policy.reclaim
-        spec = reclaim.cpu if resource == "cpu" else reclaim.memory
-        if spec is None or not spec.publish_as:
-            return False
-        if reclaim.enabled:
-            uses = self._pod_uses(snap, views, resource)
-            age = views.node.get("reclaim.metrics_age_seconds")
-            result = reclaimable(resource, spec, views.node, uses, age, reclaim.degrade_after)
-        else:
-            result = Reclaimable(resource, None, "reclaim is disabled (spec.reclaim.enabled: false)", {})
-        value = result.value
-        formula = result.formula
-        if value is None:
-            t.reports.pop(spec.publish_as, None)  # withdrawn: smoothing starts afresh
-        else:
-            history = t.reports.get(spec.publish_as, ReportHistory())
-            value, t.reports[spec.publish_as], steps = report(value, spec, history, t.now)
-            formula = "; ".join([formula, *steps])
-        key, facts, _, latched = matched[0]
-        params_out = {
-            "resource": spec.publish_as,
-            "reclaims": resource,
-            "value": value,
-            "unit": "cores" if resource == "cpu" else "bytes",
-            "formula": formula,
-        }
-        provenance = self._provenance(cr, key, views.node, classes, facts, latched, result.inputs)
-        t.intents.append(NodeIntent("publish", MappingProxyType(params_out), provenance))
-        return True
-
-    def _set_cgroup(
-        self,
-        cr: CompiledRule,
-        params: Mapping[str, Any],
-        snap: Snapshot,
-        views: FactViews,
-        classes: Mapping[str, Any],
-        matched: list[tuple[str | None, Any, Workload | None, bool]],
-        t: _Tick,
-    ) -> bool:
-        """Desired cgroup values for a literal path, or for every pod of a class."""
-        target = params["target"]
-        knobs = self._knobs.get(cr.rule.name)
-        if knobs is None:
-            knobs = self._knobs[cr.rule.name] = {f: compile_knob(f, k) for f, k in params["values"].items()}
-        key, facts, _, latched = matched[0]
-        provenance = self._provenance(cr, key, views.node, classes, facts, latched, {"target": dict(target)})
-        paths: list[tuple[str, Workload | None]]
-        if "path" in target:
-            paths = [(str(target["path"]), None)]
-        elif "class" in target:
-            members = [
-                w
-                for w in snap.workloads
-                if w.phase in ACTIVE_PHASES and w.cgroup_path and views.pod(w).get("class") == target["class"]
-            ]
-            paths = [(w.cgroup_path, w) for w in members]
-        else:
-            t.skipped.append(
-                Skipped(cr.rule.name, "setCgroup on a pool needs the pool strategy, not in this version")
-            )
-            return False
-        wrote = False
-        for path, workload in paths:
-            for file, knob in knobs.items():
-                try:
-                    value = knob(workload, views.node)
-                except RenderError as exc:
-                    t.skipped.append(Skipped(cr.rule.name, f"{path}/{file}: {exc.message}"))
-                    continue
-                if value is None:
-                    continue
-                t.intents.append(
-                    CgroupIntent(path, file, value, workload.key if workload else None, provenance)
-                )
-                wrote = True
-        return wrote
-
-    def _pod_uses(self, snap: Snapshot, views: FactViews, resource: str) -> list[PodUse]:
-        usage_key, request_key = USE_FACTS[resource]
-        out = []
-        for w in snap.workloads:
-            if w.phase not in ACTIVE_PHASES:
-                continue
-            facts = views.pod(w)
-            usage = facts.get(usage_key)
-            high = facts.get("class") not in self.reclaimed_classes
-            out.append(PodUse(facts.get(request_key, 0.0), None if usage is None else float(usage), high))
-        return out
-
-    def _evict(
-        self,
-        cr: CompiledRule,
-        params: Mapping[str, Any],
-        snap: Snapshot,
-        views: FactViews,
-        classes: Mapping[str, Any],
-        matched: list[tuple[str | None, Any, Workload | None, bool]],
-        t: _Tick,
-    ) -> bool:
-        rule = cr.rule
-        audit = rule.mode == "audit"
-        limit_values = [v for v in (params.get("maxPerRound"), rule.per_round) if v is not None]
-        has_target = bool((params.get("release") or {}).keys() & {"lowerPercent", "amount"})
-        limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
-        # Per matched NUMA node without a release target: one victim each (Katalyst's TopN=1),
-        # all of them together within maxPerRound.
-        per_group = limit if has_target or rule.scope != "numa" else 1
-        left = limit
-        picked: set[str] = set()
-        if (params.get("victims") or {}).get("numaScoped"):
-            t.skipped.append(
-                Skipped(
-                    rule.name,
-                    "note: victims.numaScoped needs pods' NUMA placement, which facts do not carry yet; "
-                    "every candidate was considered",
-                )
-            )
-        pending = {uid: rec.credit for uid, rec in t.evicting.items()}
-        all_candidates: list[Candidate] | None = None
-        new = 0
-        groups: list[tuple[str | None, Any, list[Candidate], bool]] = []
-        if rule.scope in ("pod", "container"):
-            seen: dict[str, Candidate] = {}
-            for _, _, w, _ in matched:
-                if w is not None and w.uid not in seen:
-                    seen[w.uid] = self._candidate(w, views)
-            key, facts, _, latched = matched[0]
-            groups.append((key, facts, list(seen.values()), latched))
-        else:
-            all_candidates = [self._candidate(w, views) for w in snap.workloads]
-            for key, facts, _, latched in matched:
-                groups.append((key, facts, all_candidates, latched))
-        for key, facts, candidates, latched in groups:
-            budget = min(left, per_group)
-            if budget <= 0:
-                break
-            scope_facts: Any = (
-                facts if isinstance(facts, ItemFacts) and facts is not EMPTY_ITEM else views.node
-            )
-            pool = [c for c in candidates if c.workload.uid not in picked]
-            choices, release = choose(pool, params, scope_facts, pending, t.round, int(min(budget, 10**9)))
-            left -= len(choices)
-            picked.update(c.candidate.workload.uid for c in choices)
-            for choice in choices:
-                w = choice.candidate.workload
-                inputs = {
-                    "orderBy": list(params.get("orderBy") or ()),
-                    "candidates": len(candidates),
-                }
-                t.intents.append(
-                    EvictIntent(
-                        uid=w.uid,
-                        namespace=w.namespace,
-                        name=w.name,
-                        class_name=choice.candidate.cls.name if choice.candidate.cls else None,
-                        rank=choice.rank,
-                        ranking=choice.ranking,
-                        credit=choice.credit,
-                        release=release,
-                        grace_period_seconds=params.get("gracePeriodSeconds"),
-                        provenance=self._provenance(cr, key, views.node, classes, facts, latched, inputs),
-                    )
-                )
-                if not audit:
-                    t.round.chosen[w.uid] = rule.name
-                new += 1
-        return new > 0
-
-    def _candidate(self, w: Workload, views: FactViews) -> Candidate:
-        name = self.classifier.classify(w).class_name
-        return Candidate(w, views.pod(w), self.policy.class_index.get(name) if name else None)
 
 
 def record_evictions(state: EngineState, evicted: list[EvictIntent], now: float) -> EngineState:

@@ -130,6 +130,30 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class ResctrlInfo:
+    """resctrl as the node offers it (info/) and the schemata its groups hold now.
+
+    Kept on the snapshot, not the policy: the same policy runs on Intel and AMD nodes, with and
+    without RDT, and the L3/MB values are derived per node from these capabilities."""
+
+    mounted: bool
+    cbm_mask: str = ""
+    min_cbm_bits: int = 1
+    num_closids: int = 0
+    mb_granularity: int = 10
+    mb_min: int = 10
+    vendor: str = "intel"
+    cache_ids: tuple[int, ...] = ()
+    mb_domains: tuple[int, ...] = ()
+    sparse_masks: bool = False
+    delay_linear: bool = True
+    groups: Mapping[str, str] = field(default_factory=dict)  # observed: group -> schemata text
+
+
+NO_RESCTRL = ResctrlInfo(mounted=False)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     time: float
     node: NodeInfo
@@ -138,6 +162,7 @@ class Snapshot:
     metrics: Metrics
     allocatable: Mapping[str, float] = field(default_factory=dict)
     cgroups: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # observed: path -> file -> value
+    resctrl: ResctrlInfo = NO_RESCTRL
 
     @cached_property
     def by_uid(self) -> Mapping[str, Workload]:
@@ -194,7 +219,38 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
     )
     allocatable = {k: float(v) for k, v in (node_raw.get("allocatable") or {}).items()}
     cgroups = {str(path): dict(files) for path, files in (data.get("cgroups") or {}).items()}
-    return Snapshot(float(data.get("time", 0.0)), node, topology, workloads, metrics, allocatable, cgroups)
+    return Snapshot(
+        float(data.get("time", 0.0)),
+        node,
+        topology,
+        workloads,
+        metrics,
+        allocatable,
+        cgroups,
+        _resctrl(node_raw.get("resctrl")),
+    )
+
+
+def _resctrl(raw: Mapping[str, Any] | None) -> ResctrlInfo:
+    if not raw or not raw.get("mounted", bool(raw.get("cbmMask"))):
+        return NO_RESCTRL
+    caches = tuple(int(i) for i in raw.get("cacheIds") or (0,))
+    return ResctrlInfo(
+        mounted=True,
+        cbm_mask=str(raw.get("cbmMask", "")),
+        min_cbm_bits=int(raw.get("minCbmBits", 1)),
+        num_closids=int(raw.get("numClosids", 0)),
+        mb_granularity=int(raw.get("mbGranularity", 10)),
+        mb_min=int(raw.get("mbMin", 10)),
+        vendor=str(raw.get("vendor", "intel")),
+        cache_ids=caches,
+        mb_domains=tuple(int(i) for i in raw.get("mbDomains") or caches),
+        sparse_masks=bool(raw.get("sparseMasks", False)),
+        delay_linear=bool(raw.get("delayLinear", True)),
+        groups=MappingProxyType(
+            {str(k): str((v or {}).get("schemata", "")) for k, v in (raw.get("groups") or {}).items()}
+        ),
+    )
 
 
 def _workload(w: Mapping[str, Any]) -> Workload:

@@ -171,4 +171,31 @@ class CgroupIntent:
         }
 
 
-Intent = EvictIntent | NodeIntent | CgroupIntent
+@dataclass(frozen=True)
+class ResctrlIntent:
+    """A resctrl control group should exist, hold these schemata lines and these pods' tasks."""
+
+    group: str
+    schemata: Mapping[str, str]  # resource ("L3", "MB") -> "0=ff;1=ff"
+    pods: tuple[str, ...]  # pod keys whose tasks belong in the group
+    cgroups: tuple[str, ...]  # their cgroup paths: the adapter reads the task ids from them each tick
+    provenance: Provenance
+
+    kind = "resctrl"
+
+    @property
+    def target(self) -> str:
+        return f"resctrl/{self.group}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "group": self.group,
+            "schemata": dict(self.schemata),
+            "pods": list(self.pods),
+            "provenance": self.provenance.to_dict(),
+        }
+
+
+Intent = EvictIntent | NodeIntent | CgroupIntent | ResctrlIntent

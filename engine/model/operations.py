@@ -121,4 +121,54 @@ class WriteCgroup:
         }
 
 
-Operation = EvictPod | SetNodeTaint | SetNodeCondition | EmitEvent | PublishNodeResource | WriteCgroup
+@dataclass(frozen=True)
+class CreateResctrlGroup:
+    group: str
+    rule: str
+
+    kind = "createResctrlGroup"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "group": self.group, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class WriteSchemata:
+    """One resource line of a group's schemata; the kernel merges it per domain."""
+
+    group: str
+    line: str  # e.g. "L3:0=ff;1=ff"
+    rule: str
+
+    kind = "writeSchemata"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "group": self.group, "line": self.line, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class AssignTasks:
+    """Move the tasks of these cgroups into a group. Emitted every tick: task ids churn, so the
+    adapter reads them fresh and writes only those not already in the group."""
+
+    group: str
+    cgroups: tuple[str, ...]
+    rule: str
+
+    kind = "assignTasks"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "group": self.group, "cgroups": list(self.cgroups), "rule": self.rule}
+
+
+Operation = (
+    EvictPod
+    | SetNodeTaint
+    | SetNodeCondition
+    | EmitEvent
+    | PublishNodeResource
+    | WriteCgroup
+    | CreateResctrlGroup
+    | WriteSchemata
+    | AssignTasks
+)

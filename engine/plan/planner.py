@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.policy import Policy
-from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent
+from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, ResctrlIntent
 from engine.model.operations import (
+    AssignTasks,
+    CreateResctrlGroup,
     EmitEvent,
     EvictPod,
     Operation,
@@ -22,8 +24,10 @@ from engine.model.operations import (
     SetNodeCondition,
     SetNodeTaint,
     WriteCgroup,
+    WriteSchemata,
 )
 from engine.plan.cgroups import Desired, order_writes
+from engine.strategies.resctrl import changed_lines
 
 
 @dataclass(frozen=True)
@@ -66,12 +70,14 @@ def plan(
     policy: Policy,
     guards: Guards,
     observed_cgroups: Mapping[str, Mapping[str, str]] | None = None,
+    observed_resctrl: Mapping[str, str] | None = None,
 ) -> Plan:
     ops: list[Operation] = []
     desired: dict[tuple[str, str], tuple[Desired, str]] = {}
     held: list[Held] = []
     evicts: list[EvictIntent] = []
     seen: set[tuple[str, str]] = set()
+    resctrl: list[ResctrlIntent] = []
     for intent in intents:
         if intent.provenance.audit:
             held.append(Held(intent, "audit mode: reported, not executed"))
@@ -109,6 +115,9 @@ def plan(
                     )
                 )
             continue
+        if isinstance(intent, ResctrlIntent):
+            resctrl.append(intent)
+            continue
         op = _node_op(intent)
         key = (
             op.kind,
@@ -122,11 +131,42 @@ def plan(
             continue
         seen.add(key)
         ops.append(op)
+    ops.extend(_resctrl_ops(resctrl, observed_resctrl, held))
     rules = {d: rule for d, rule in desired.values()}
     by_slot = {(d.path, d.file): rule for d, rule in desired.values()}
     for write in order_writes(list(rules), observed_cgroups or {}):
         ops.append(WriteCgroup(write.path, write.file, write.value, by_slot[(write.path, write.file)]))
     return Plan(tuple(ops), tuple(held), tuple(evicts))
+
+
+def _resctrl_ops(
+    intents: list[ResctrlIntent], observed: Mapping[str, str] | None, held: list[Held]
+) -> list[Operation]:
+    """Groups first (created if missing), then only the schemata lines that differ, then tasks.
+
+    ``observed`` is None when resctrl is not mounted: then nothing can be written, and the intents
+    are held with one reason each rather than failing in the adapter every tick."""
+    out: list[Operation] = []
+    owner: dict[str, str] = {}
+    for intent in intents:
+        rule = intent.provenance.rule
+        if observed is None:
+            held.append(Held(intent, "resctrl is not mounted on this node"))
+            continue
+        if intent.group in owner:
+            held.append(
+                Held(intent, f"rule {owner[intent.group]} already sets group {intent.group} this tick")
+            )
+            continue
+        owner[intent.group] = rule
+        current = observed.get(intent.group)
+        if current is None:
+            out.append(CreateResctrlGroup(intent.group, rule))
+        for line in changed_lines(current or "", intent.schemata):
+            out.append(WriteSchemata(intent.group, line, rule))
+        if intent.cgroups:
+            out.append(AssignTasks(intent.group, intent.cgroups, rule))
+    return out
 
 
 def _evict_reason(intent: EvictIntent) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ def read_facts(path: Path) -> dict[str, Any]:
     problems = schema_problems(doc.data, doc.locate, "facts")
     if problems:
         raise PolicyError(problems)
-    data: dict[str, Any] = doc.data
+    # A copy: the loader caches documents by content, and a caller that edits its facts (a test
+    # patch, a trace step) must not change what the next reader of the same file gets.
+    data: dict[str, Any] = copy.deepcopy(doc.data)
     return data
 
 
