@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from engine.evaluate.compiler import CompiledRule, observe
-from engine.evaluate.factview import FactViews
+from engine.evaluate.factview import ACTIVE_PHASES, FactViews
 from engine.evaluate.state import Evicting
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance
@@ -104,5 +104,5 @@ class ActionContext:
         return [
             w
             for w in self.snap.workloads
-            if w.phase in ("Running", "Pending") and classify(w).class_name == class_name
+            if w.phase in ACTIVE_PHASES and classify(w).class_name == class_name
         ]

@@ -234,7 +234,7 @@ class FactViews:
                     if path == "pods":
                         out[key] = 0
             for w in self.snapshot.workloads:
-                if w.phase not in ("Running", "Pending"):
+                if w.phase not in ACTIVE_PHASES:
                     continue
                 cls_name = self.classifier.classify(w).class_name
                 paths = sums.get(cls_name) if cls_name is not None else None

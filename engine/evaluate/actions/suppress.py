@@ -10,6 +10,7 @@ The intents carry every term of the arithmetic, so ``qosd explain`` can show why
 from __future__ import annotations
 
 from engine.evaluate.context import ActionContext
+from engine.evaluate.factview import ACTIVE_PHASES
 from engine.evaluate.pools import pool_cpus
 from engine.model.intents import CgroupIntent
 from engine.model.units import format_cpuset, parse_cpuset
@@ -38,7 +39,7 @@ def suppress(ctx: ActionContext) -> bool:
     classify = ctx.engine.classifier.classify
     pods = []
     for w in ctx.snap.workloads:
-        if w.phase not in ("Running", "Pending"):
+        if w.phase not in ACTIVE_PHASES:
             continue
         cores = ctx.views.pod(w).get("cpu.usage_cores")
         if cores is not None:
