@@ -38,10 +38,10 @@ def default_specs() -> tuple[PoolSpec, ...]:
     return tuple(PoolSpec.from_policy(p) for p in policy.pools)
 
 
-def katalyst_specs() -> tuple[PoolSpec, ...]:
-    """The default pools with Katalyst's reserve taker (TakeHTByNUMABalance: one thread per node)."""
+def whole_core_reserve_specs() -> tuple[PoolSpec, ...]:
+    """The default pools with the reserve overlaid to ``ht: fullCores`` (whole cores, not Katalyst's taker)."""
     return tuple(
-        dataclasses.replace(s, ht_policy="any") if s.name == "reserve" else s for s in default_specs()
+        dataclasses.replace(s, ht_policy="fullCores") if s.name == "reserve" else s for s in default_specs()
     )
 
 
@@ -77,7 +77,7 @@ def nodes(text: str) -> frozenset[int]:
 def test_from_policy_reads_the_bundled_pools() -> None:
     """The compiled default policy becomes the specs allocate() runs on (katalyst.md §2.1 pools)."""
     specs = {s.name: s for s in default_specs()}
-    assert specs["reserve"] == PoolSpec(name="reserve", kind="reserve", static_count=2, ht_policy="fullCores")
+    assert specs["reserve"] == PoolSpec(name="reserve", kind="reserve", static_count=2, ht_policy="any")
     assert (
         specs["share"].kind,
         specs["share"].from_requests,
@@ -176,7 +176,7 @@ TEST_ALLOCATE = [
 def test_katalyst_allocate_cases(anchor: str, d: CpuDemand, where: str, expected: str) -> None:
     """Anchor: katalyst policy_test.go TestAllocate on GenerateDummyCPUTopology(16, 2, 4), whose reserve
     is TakeHTByNUMABalance(all, 2) = 0,2 (see ``anchor`` for the case)."""
-    plan = allocate(DUMMY, katalyst_specs(), [d], {})
+    plan = allocate(DUMMY, default_specs(), [d], {})
     assert not plan.errors, plan.errors
     got = plan.dedicated[d.key] if where == "dedicated" else plan.pools[where]
     assert format_cpuset(got) == expected, anchor
@@ -188,7 +188,7 @@ def test_katalyst_numa_bindings_follow_the_hint() -> None:
     hint's nodes 2-3; an SNB container to its single node."""
     cross = dedicated("p", 6, numa_ids=nodes("2-3"), numa_number=2)
     shared = snb("q", 0.3, numa_ids=nodes("1"))
-    plan = allocate(DUMMY, katalyst_specs(), [cross, shared], {})
+    plan = allocate(DUMMY, default_specs(), [cross, shared], {})
     assert plan.numa_bindings == {cross.key: nodes("2-3"), shared.key: nodes("1")}
     assert plan.assignments == {shared.key: "share-NUMA1"}
 
@@ -254,7 +254,7 @@ INVALID = [
 def test_invalid_demands_are_reported_not_raised(anchor: str, d: CpuDemand, words: list[str]) -> None:
     """katalyst.md §1.4 (anchor per row). Katalyst fails the admission; qosd reports the pod with an
     on-call message (what, which annotation, how to fix) and gives it no cpuset."""
-    plan = allocate(DUMMY, katalyst_specs(), [d, demand("ok", "share", 1)], {})
+    plan = allocate(DUMMY, default_specs(), [d, demand("ok", "share", 1)], {})
     (message,) = plan.errors[d.uid]
     for word in words:
         assert word in message, (anchor, message)
@@ -321,8 +321,8 @@ FULL_NODE_DEMANDS = [
 FULL_NODE = [
     # (name, specs, pools, dedicated, numa bindings)
     (
-        "bundled default pools (reserve: 2 CPUs, whole cores)",
-        default_specs,
+        "reserve overlaid to whole cores (ht: fullCores)",
+        whole_core_reserve_specs,
         # reserve: core 0-1 of NUMA 0. excl: most free empty node = NUMA 1 (4-7). ded: most free
         # non-exclusive node = NUMA 2, whole core 8-9. SNB on NUMA 3: ceil(1 x 2.0) = 2 -> core 12-13.
         # share: ceil(2.5) = 3, min 4, on the unbound nodes 0 and 2: 2-3 and 10-11. reclaim: the
@@ -332,8 +332,8 @@ FULL_NODE = [
         {"excl": "1", "ded": "2", "snb": "3"},
     ),
     (
-        "Katalyst reserve taker (TakeHTByNUMABalance)",
-        katalyst_specs,
+        "bundled default pools: Katalyst reserve taker (TakeHTByNUMABalance)",
+        default_specs,
         # reserve: one thread of NUMA 0 and of NUMA 1. excl: NUMA 2 (4 free). ded: NUMA 3 (4 free;
         # the SNB pod does not hold CPUs against dedicated ones) -> 12-13; SNB pool takes 14-15.
         # share: 4 of 1-3,5-7 as whole cores, balanced: 2-3 and 6-7. reclaim: 1,5 + 2,6.
@@ -372,7 +372,7 @@ def test_full_node(
 
 def test_reclaim_takes_a_large_remainder_without_overlap() -> None:
     """generatePoolsAndIsolation step 6: reclaim = all remaining CPUs when that is at least its minimum."""
-    plan = allocate(D16, default_specs(), [demand("s", "share", 3.2), reclaimed("r")], {})
+    plan = allocate(D16, whole_core_reserve_specs(), [demand("s", "share", 3.2), reclaimed("r")], {})
     # share: ceil(3.2) = 4 -> whole cores balanced: 2-3 (NUMA 0), 4-5 (NUMA 1).
     assert texts(plan.pools) == {"reserve": "0-1", "share": "2-5", "reclaim": "6-15"}
     assert not plan.reclaim_overlap
@@ -382,7 +382,7 @@ def test_reclaim_fallback_when_nothing_is_left() -> None:
     """Step 8: reclaim empty -> Katalyst's reserved-reclaimed set, max(4, #NUMA) CPUs one per node
     (TestAllocate 'reclaimed_cores main container' expects 1,3-4,6 on the dummy node). qosd keeps it
     off dedicated CPUs while others exist, so here it lands on the share pool's threads."""
-    plan = allocate(DUMMY, katalyst_specs(), [demand("s", "share", 14)], {})
+    plan = allocate(DUMMY, default_specs(), [demand("s", "share", 14)], {})
     assert format_cpuset(plan.pools["share"]) == "1,3-15"
     assert format_cpuset(plan.pools["reclaim"]) == "1,3-4,6"
     assert plan.reclaim_overlap
@@ -410,7 +410,7 @@ def test_proportional_sizes(quantities: dict[str, int], available: int, expected
 def test_share_pools_shrink_proportionally() -> None:
     """Step 4 'else proportional' on a node with 14 free CPUs and 21 CPUs of share pools."""
     demands = [demand("a", "share", 14), demand("b", "batch", 7), reclaimed("r")]
-    plan = allocate(D16, default_specs(), demands, {})
+    plan = allocate(D16, whole_core_reserve_specs(), demands, {})
     # ceil(14 x 14/21) = 10, ceil(14 x 7/21) = 5 -> 15 > 14 -> share (largest) gives 1: 9 and 5.
     # Taken in name order: batch first, 5 CPUs = cores 2-3, 4-5, 8-9 minus... whole cores round-robin
     # then one thread: 2-3 (N0), 4-5 (N1), thread 8 -> 8 is the first free thread of NUMA 2.
@@ -448,7 +448,7 @@ def test_snb_pool_is_twice_the_requests_inside_its_node() -> None:
     is then closed to non-binding pools (step 4) and its leftover goes to reclaim (step 6)."""
     plan = allocate(
         D16,
-        default_specs(),
+        whole_core_reserve_specs(),
         [snb("a", 0.5, numa_ids=nodes("2")), snb("b", 0.7, numa_ids=nodes("2")), reclaimed("r")],
         {},
     )
@@ -458,7 +458,7 @@ def test_snb_pool_is_twice_the_requests_inside_its_node() -> None:
 
 def test_snb_without_hint_picks_the_roomiest_node() -> None:
     """No hint: the node with the most room (free CPUs minus SNB requests), ties to the lowest id."""
-    plan = allocate(D16, default_specs(), [dedicated("d", 3), snb("a", 1), snb("b", 1)], {})
+    plan = allocate(D16, whole_core_reserve_specs(), [dedicated("d", 3), snb("a", 1), snb("b", 1)], {})
     # reserve 0-1 leaves NUMA 0 with 2; d takes NUMA 1 (first of the 4-free nodes); a -> NUMA 2; b -> NUMA 3.
     assert {k[0]: format_cpuset(v) for k, v in plan.numa_bindings.items()} == {"d": "1", "a": "2", "b": "3"}
 
@@ -470,13 +470,13 @@ def test_previous_dedicated_cpusets_are_kept() -> None:
     """A new pod (listed first) must not take the CPUs of a running dedicated pod: Katalyst never moves
     an admitted container; qosd recomputes from scratch, so ``previous`` carries that promise."""
     first = allocate(
-        D16, default_specs(), [dedicated("old", 2), dedicated("big", 3, numa_exclusive=True)], {}
+        D16, whole_core_reserve_specs(), [dedicated("old", 2), dedicated("big", 3, numa_exclusive=True)], {}
     )
     assert texts(first.dedicated) == {("old", "main"): "8-9", ("big", "main"): "4-7"}
     demands = [dedicated("new", 2), dedicated("old", 2), dedicated("big", 3, numa_exclusive=True)]
-    fresh = allocate(D16, default_specs(), demands, {})
+    fresh = allocate(D16, whole_core_reserve_specs(), demands, {})
     assert format_cpuset(fresh.dedicated[("new", "main")]) == "8-9"  # without memory, new takes old's CPUs
-    kept = allocate(D16, default_specs(), demands, first.dedicated)
+    kept = allocate(D16, whole_core_reserve_specs(), demands, first.dedicated)
     assert texts(kept.dedicated) == {("old", "main"): "8-9", ("big", "main"): "4-7", ("new", "main"): "12-13"}
 
 
@@ -530,7 +530,7 @@ def test_dedicated_leaves_room_for_snb_pods() -> None:
 def test_zero_request_dedicated_is_invalid_unless_exclusive() -> None:
     """A non-exclusive dedicated container with no CPU request would own nothing; an exclusive one still
     owns whole nodes (katalyst: numa_exclusive takes the whole NUMA whatever the request)."""
-    plan = allocate(D16, default_specs(), [dedicated("z", 0), dedicated("x", 0, numa_exclusive=True)], {})
+    plan = allocate(D16, whole_core_reserve_specs(), [dedicated("z", 0), dedicated("x", 0, numa_exclusive=True)], {})
     assert "without a CPU request" in plan.errors["z"][0]
     assert texts(plan.dedicated) == {("x", "main"): "4-7"}
 
