@@ -23,6 +23,7 @@ from engine.strategies.reclaim import ReportHistory
 
 if TYPE_CHECKING:
     from engine.evaluate.engine import Engine
+    from engine.evaluate.resctrl_step import ResctrlAsk
 
 Match = tuple[str | None, Any, Workload | None, bool]  # (item key, item facts, workload, latched)
 
@@ -55,6 +56,7 @@ class Tick:
     round: Round = field(default_factory=Round)
     stateful: set[str] = field(default_factory=set)  # rules with held or latched items at tick start
     pool_plan: PoolPlan | None = None  # this tick's CPU pools (None when the policy has none)
+    resctrl: list[ResctrlAsk] = field(default_factory=list)  # setResctrl actions, planned after rules
 
 
 @dataclass(frozen=True)

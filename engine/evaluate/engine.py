@@ -24,6 +24,7 @@ from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_
 from engine.evaluate.context import ActionContext, Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ScopeItems
 from engine.evaluate.pools import PoolStep
+from engine.evaluate.resctrl_step import ResctrlStep
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent
@@ -126,6 +127,7 @@ class Engine:
         }
         self._static: dict[int, Any] = {}
         self.pool_step = PoolStep(policy, self.classifier, generation)
+        self.resctrl_step = ResctrlStep(policy, self.classifier, generation)
         self.knob_cache: dict[str, dict[str, KnobFn]] = {}  # setCgroup knobs, compiled once per rule
 
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
@@ -158,6 +160,8 @@ class Engine:
                 for i in self.pool_step.intents(snap, t.pool_plan, self.policy.hash)
                 if (i.path, i.file) not in taken
             )
+        # Like the pools, after the rules: every group of the tick is planned against the CLOSIDs at once.
+        self.resctrl_step.run(snap, t)
         new_state = EngineState(
             held_since=MappingProxyType(t.held),
             latched=frozenset(t.latched),

@@ -12,6 +12,7 @@ from engine.evaluate.actions.cgroup import set_cgroup
 from engine.evaluate.actions.evict import evict
 from engine.evaluate.actions.node import node_signal
 from engine.evaluate.actions.publish import publish
+from engine.evaluate.actions.resctrl import set_resctrl
 from engine.evaluate.actions.suppress import suppress
 from engine.evaluate.context import ActionContext
 
@@ -24,5 +25,6 @@ HANDLERS: Mapping[str, Handler] = {
     "notify": lambda ctx: node_signal(ctx, "notify"),
     "publish": publish,
     "setCgroup": set_cgroup,
+    "setResctrl": set_resctrl,
     "suppress": suppress,
 }
