@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine import __version__, explain, ruletest, simulate
-from engine.config.errors import Location, PolicyError, Problem
+from engine import __version__, daemon, explain, ruletest, simulate
+from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, validate
@@ -30,10 +30,6 @@ from engine.sources.snapshot_file import load_snapshot
 from engine.tick import run_tick
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad command-line usage (missing path, unreadable node file): exit 2."""
 
 
 def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()) -> NodeInfo:
@@ -245,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     ruletest.add_parser(sub)
     explain.add_parser(sub)
     simulate.add_parser(sub)
+    daemon.add_parser(sub)
 
     c = sub.add_parser("crd", help="print the QoSPolicy CustomResourceDefinition")
     c.add_argument("--output", choices=("yaml", "json"), default="yaml")

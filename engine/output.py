@@ -45,4 +45,14 @@ def format_table(result: TickResult) -> str:
         lines.append(f"skipped: {s.rule}: {s.reason}")
     for w in ev.workload_issues:
         lines.append(f"workload {w.name} ({w.class_name}): " + "; ".join(w.errors))
+    if ev.oom_priorities:
+        # One line per value and source, not per pod: a node runs hundreds of pods.
+        groups: dict[tuple[int, str, str], list[str]] = {}
+        for o in ev.oom_priorities:
+            groups.setdefault((o.value, o.class_name, o.source), []).append(o.pod)
+        lines.append("")
+        lines.append("OOM PRIORITY (Katalyst; reported, no BPF map is written)")
+        for (value, cls, source), pods in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+            note = " (ignored)" if value == -300 else ""
+            lines.append(f"  {value}{note} {cls}, {source}: {', '.join(pods)}")
     return "\n".join(lines) + "\n"

@@ -33,7 +33,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from engine.config.errors import Location, PolicyError, Problem, short
+from engine.config.errors import Location, PolicyError, Problem, UsageError, short
 from engine.config.load import Document, JsonPath, read_file, yaml_files_under
 from engine.config.pipeline import API_VERSION, PROFILE_LABEL, build_policy, load_documents
 from engine.config.schema_check import did_you_mean, inline_refs, schema_problems, validation_problems
@@ -51,10 +51,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SUITE_KIND = "RuleTest"
 
 Locate = Callable[[JsonPath, bool], Location]
-
-
-class UsageError(Exception):
-    """A path that does not exist, or nothing to run: exit 2."""
 
 
 # ---------------------------------------------------------------- schemas

@@ -26,7 +26,14 @@ class TickResult:
 
 
 def run_tick(engine: Engine, snapshot: Snapshot, state: EngineState, guards: Guards) -> TickResult:
-    evaluation = engine.evaluate(snapshot, state)
+    return plan_tick(engine, engine.evaluate(snapshot, state), snapshot, guards)
+
+
+def plan_tick(engine: Engine, evaluation: Evaluation, snapshot: Snapshot, guards: Guards) -> TickResult:
+    """The plan of an evaluation against the observed state in ``snapshot``.
+
+    Separate from evaluation so the daemon can plan again, unchanged decisions against a fuller
+    observation (files it had not read yet), without evaluating twice."""
     resctrl = snapshot.resctrl.groups if snapshot.resctrl.mounted else None
     result = plan(evaluation.intents, engine.policy, guards, snapshot.cgroups, resctrl)
     next_state = record_evictions(evaluation.state, list(result.evicted), snapshot.time)

@@ -350,9 +350,13 @@ def test_bundled_policy_translates_to_one_rule_per_condition() -> None:
     assert plan.routes == conditions
     assert set(definition) == {f"r{i}" for i in range(conditions)} | {"none"}
     assert definition["none"] == {"pri": 1, "all": [{"m": {"$ex": {"qosd": 1}}}]}
-    # `not` is pushed down: absent or the opposite comparison, never durable's sequence-level $not
+    # `not` is pushed down: absent or the opposite comparison, never durable's sequence-level $not.
+    # (The bundled rules no longer negate anything, so a rule of its own shows it.)
     assert "$not" not in plan.definition_json
-    assert '{"$or":[{"$nex":{"a3":1}},{"$lt":{"a3":15.0}}]}' in plan.definition_json
+    negated = policy_with([(Not(fact(PSI, "gte", 15, window=45.0, agg="min")), None)])
+    pushed = translate(negated, compile_rules(negated)).definition_json
+    assert "$not" not in pushed
+    assert '{"$or":[{"$nex":{"a0":1}},{"$lt":{"a0":15.0}}]}' in pushed
 
 
 def test_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -710,7 +714,7 @@ class Variant:
     python: Engine
     durable: Engine
     checked: Checked
-    keys: dict[str, list[tuple[str, str, list[float]]]]  # scope -> (key, kind, values near thresholds)
+    keys: dict[str, list[tuple[str, str, list[Any]]]]  # scope -> (key, kind, values near thresholds)
     conditional: set[str] = dataclasses.field(default_factory=set)
     snapshots: int = 0
     ticks_with_intents: int = 0
@@ -724,9 +728,10 @@ def near(thresholds: set[float]) -> list[float]:
     return sorted(out)
 
 
-def fact_plan(policy: Policy) -> dict[str, list[tuple[str, str, list[float]]]]:
+def fact_plan(policy: Policy) -> dict[str, list[tuple[str, str, list[Any]]]]:
     """Per scope, every key the policy's conditions read, with values around their thresholds."""
     found: dict[tuple[str, str], tuple[str, set[float]]] = {}
+    words: dict[tuple[str, str], set[str]] = {}  # text facts (e.g. pressure levels): their values
     for r in policy.rules:
         for c in comparisons(r.when) + comparisons(r.clear_when):
             scope = c.spec.scope
@@ -738,9 +743,12 @@ def fact_plan(policy: Policy) -> dict[str, list[tuple[str, str, list[float]]]]:
                 ts.add(float(c.value))
                 if (soft := relaxed(c)) is not None:
                     ts.add(soft)
-    plan: dict[str, list[tuple[str, str, list[float]]]] = {}
+            elif isinstance(c.value, str):
+                words.setdefault((scope, key), set()).update({c.value, *c.spec.enum})
+    plan: dict[str, list[tuple[str, str, list[Any]]]] = {}
     for (where, key), (kind, ts) in sorted(found.items()):
-        plan.setdefault(where, []).append((key, kind, near(ts)))
+        values: list[Any] = sorted(words[where, key]) if (where, key) in words else near(ts)
+        plan.setdefault(where, []).append((key, kind, values))
     return plan
 
 
@@ -764,7 +772,9 @@ CPUS = tuple(Cpu(i, i % 8, i // 8, i // 8) for i in range(16))
 TOPOLOGY = Topology(CPUS, {0: 32 * GiB, 1: 32 * GiB})
 
 
-def value_strategy(kind: str, values: list[float]) -> st.SearchStrategy[Any]:
+def value_strategy(kind: str, values: list[Any]) -> st.SearchStrategy[Any]:
+    if kind == "string":
+        return st.one_of(st.just(KEEP), st.none(), st.sampled_from(values))
     lo, hi = values[0], values[-1]
     numbers = st.one_of(st.sampled_from(values), st.floats(min(lo, 0.0), hi + 1, allow_nan=False))
     if kind == "integer":

@@ -125,21 +125,29 @@ def test_pending_release_credit(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     ) in out
 
 
-def test_psi_window_conditions_and_taint(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    path = evaluate(capsys, tmp_path, "--facts", str(SNAPSHOTS / "system-memory-psi.yaml"))
+def test_system_memory_pressure_and_taint(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # The engine computes node.memory.pressure from workload PSI held 15s; the saved state says since when.
+    state = tmp_path / "state.json"
+    state.write_text(
+        json.dumps(
+            {"heldSince": {}, "latched": [], "lastFired": {}, "firedAt": {}, "evicting": {},
+             "pressure": {"psiSince": 1699999985}}
+        )
+    )
+    facts = str(SNAPSHOTS / "system-memory-psi-pressure.yaml")
+    path = evaluate(capsys, tmp_path, "--facts", facts, "--state", str(state))
     doc = load(path)
     code, out, _ = explain(capsys, str(path))
     assert code == 0
     assert (
-        f"- Evicted batch/etl (class reclaimed_cores, rank 1 of 6 by class eviction priority 0, priority 50, "
+        f"- Evicted batch/etl (class reclaimed_cores, rank 1 of 8 by class eviction priority 0, priority 50, "
         f"memory.usage 1.0 GiB, grace period 1s) because {ref(doc, 'system-memory-pressure-reclaimed')} saw "
-        "node.psi.memory.some.avg10 (min over 15s) = 18 >= 15 (its any/not branches allow what did not hold: "
-        "node.memory.free_bytes = 22.0 GiB, not < 65.5 MiB; node.psi.memory.some.avg10 (min over 45s) = 9, "
-        "not >= 15); it has no release target, so it evicts its top-ranked candidates up to its per-round limit."
+        "node.memory.pressure = reclaimed_eviction = reclaimed_eviction; it has no release target, so it "
+        "evicts its top-ranked candidates up to its per-round limit."
     ) in out.splitlines()
     assert (
         "- Tainted the node with node.katalyst.kubewharf.io/MemoryPressure:NoSchedule because "
-        f"{ref(doc, 'system-memory-pressure-taint')} saw node.psi.memory.some.avg10 (min over 15s) = 18 >= 15"
+        f"{ref(doc, 'system-memory-pressure-taint')} saw node.memory.pressure = reclaimed_eviction != noop"
     ) in out
 
 
@@ -148,8 +156,7 @@ def test_numa_scoped_rule_names_the_numa_node(capsys: pytest.CaptureFixture[str]
     code, out, _ = explain(capsys, str(path), "--target", "etl")
     assert code == 0
     assert (
-        "on NUMA node 0 saw numa.memory.below_watermark_count = 8 > 6 and "
-        "numa.memory.below_watermark_count = 8 < 12;"
+        "on NUMA node 0 saw numa.memory.watermark_pressure = reclaimed_eviction = reclaimed_eviction;"
     ) in out
     assert "grace period 1s" in out
 

@@ -684,7 +684,7 @@ def test_cgroup_intents_validate_and_match(tmp_path: Path, capsys: pytest.Captur
             expect:
               intents:
                 - {kind: cgroup, file: cpu.cfs_burst_us, value: "4000000", pod: shop/frontend, rule: cpu-burst}
-              notIntents: [{kind: cgroup}]
+              notIntents: [{kind: cgroup, file: cpu.cfs_burst_us}]
               operations:
                 - {kind: writeCgroup, path: kubepods/burstable/podls-1, file: cpu.cfs_burst_us, value: "4000000"}
             """,

@@ -29,8 +29,10 @@ from engine.config.policy import (
     OomPriority,
     Policy,
     Pool,
+    Pressure,
     QoSClass,
     Reclaim,
+    ReclaimHeadroom,
     ReclaimResource,
     Rule,
     StringMatch,
@@ -40,6 +42,7 @@ from engine.config.policy import (
 from engine.config.render import ENV
 from engine.model.node import NodeInfo
 from engine.model.units import parse_cpuset, parse_duration, parse_quantity
+from engine.strategies.pressure import satisfaction_config_error
 
 EXPR_VARIABLES = frozenset({"pod", "container", "node"})
 
@@ -138,6 +141,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
     pools = [_compile_pool(c, i, raw) for i, raw in enumerate(spec.get("pools", []))]
     _check_pools(c, pools)
     reclaim = _compile_reclaim(c, spec.get("reclaim") or {})
+    pressure = _compile_pressure(c, spec.get("pressure") or {})
     mode = str(spec.get("mode", "enforce"))
     rules = [_compile_rule(c, i, raw, mode) for i, raw in enumerate(spec.get("rules", []))]
     if c.problems:
@@ -160,6 +164,8 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
         ),
         spec=frozen_spec,
         origin_tree=MappingProxyType(dict(merged.origins)),
+        pressure=pressure,
+        weight_formula=(spec.get("cgroup") or {}).get("weightFormula"),
     )
 
 
@@ -234,6 +240,9 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
             )
     if "shares" in cpu and "weight" in cpu:
         c.add((*base, "cpu"), "set either cpu.shares or cpu.weight, not both", "qosd converts between them")
+    for key in ("shares", "weight"):
+        if cpu.get(key) == "max":
+            c.add((*base, "cpu", key), f'cpu.{key} cannot be "max"', "give a number, percent or expression")
     for section in ("cpu", "memory"):
         for key, knob in (raw.get(section) or {}).items():
             _check_knob(c, (*base, section, key), knob)
@@ -267,6 +276,7 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
         memory=freeze(raw.get("memory") or {}),
         resctrl=freeze(resctrl),
         origin=c.loc(base),
+        memory_qos=freeze(raw.get("memoryQos") or {}),
     )
 
 
@@ -529,6 +539,65 @@ def _quantity(c: _Checker, path: JsonPath, value: Any) -> float | None:
         return None
 
 
+# Katalyst's per-resource defaults of the headroom policy: reservedResourceForAllocate, the buffer
+# on a container's usage (estimation_canonical.go) and the estimate of a container with no metric.
+HEADROOM_DEFAULTS = {"cpu": (4.0, 1.25, 4.0), "memory": (float(5 << 30), 1.1, float(8 << 30))}
+UTIL_FIELDS = {
+    "cpu": ("targetUtilization", "maxUtilization", "maxOversoldRate", "maxHeadroomCapacityRate"),
+    "memory": (
+        "freeBasedRatio",
+        "staticBasedCapacity",
+        "cacheBasedRatio",
+        "cpuMemRatioLower",
+        "cpuMemRatioUpper",
+    ),
+}
+
+
+def _compile_headroom(c: _Checker, res: str, base: JsonPath, raw: dict[str, Any]) -> ReclaimHeadroom:
+    """The headroom policy's parameters with Katalyst's defaults; util fields of the other resource
+    are an error, since they would be silently ignored."""
+    path: JsonPath = (*base, "headroom")
+    reserved, factor, fallback = HEADROOM_DEFAULTS[res]
+    util = raw.get("utilBased") or {}
+    other = "memory" if res == "cpu" else "cpu"
+    for key in util:
+        if key in UTIL_FIELDS[other]:
+            c.add(
+                (*path, "utilBased", key),
+                f"utilBased.{key} applies to reclaim.{other}, not reclaim.{res}",
+                f"reclaim.{res}.headroom.utilBased takes: enabled, {', '.join(UTIL_FIELDS[res])}",
+            )
+    if res == "cpu" and "systemFactor" in raw:
+        c.add((*path, "systemFactor"), "systemFactor applies to reclaim.memory only (system containers' rss)")
+    d = ReclaimHeadroom(reserved, factor, fallback)
+    q = {k: _quantity(c, (*path, k), raw.get(k)) for k in ("reservedForAllocate", "fallback")}
+    static = _quantity(c, (*path, "utilBased", "staticBasedCapacity"), util.get("staticBasedCapacity"))
+    lower = float(util.get("cpuMemRatioLower", d.cpu_mem_ratio_lower))
+    upper = float(util.get("cpuMemRatioUpper", d.cpu_mem_ratio_upper))
+    if lower > upper:
+        c.add(
+            (*path, "utilBased", "cpuMemRatioLower"),
+            f"cpuMemRatioLower {short(lower)} is above cpuMemRatioUpper {short(upper)}",
+        )
+    return ReclaimHeadroom(
+        reserved_for_allocate=q["reservedForAllocate"] if q["reservedForAllocate"] is not None else reserved,
+        usage_factor=float(raw.get("usageFactor", factor)),
+        fallback=q["fallback"] if q["fallback"] is not None else fallback,
+        system_factor=float(raw.get("systemFactor", d.system_factor)),
+        util_based=bool(util.get("enabled", d.util_based)),
+        target_utilization=float(util.get("targetUtilization", d.target_utilization)),
+        max_utilization=float(util.get("maxUtilization", d.max_utilization)),
+        max_oversold_rate=float(util.get("maxOversoldRate", d.max_oversold_rate)),
+        max_headroom_capacity_rate=float(util.get("maxHeadroomCapacityRate", d.max_headroom_capacity_rate)),
+        free_based_ratio=float(util.get("freeBasedRatio", d.free_based_ratio)),
+        static_based_capacity=static if static is not None else d.static_based_capacity,
+        cache_based_ratio=float(util.get("cacheBasedRatio", d.cache_based_ratio)),
+        cpu_mem_ratio_lower=lower,
+        cpu_mem_ratio_upper=upper,
+    )
+
+
 def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
     resources: dict[str, ReclaimResource | None] = {}
     for res in ("cpu", "memory"):
@@ -557,8 +626,24 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
         window = None
         if "window" in sm:
             window = parse_duration(sm["window"])
+        policy = str(r.get("policy", "usage"))
+        for j, name in enumerate(r.get("requestAsUsage") or ()):
+            c.ref((*base, "requestAsUsage", j), name, c.classes, "class")
+        if policy == "headroom" and "reclaimThresholdPercent" in r:
+            c.add(
+                (*base, "reclaimThresholdPercent"),
+                f"reclaim {res} policy headroom takes no reclaimThresholdPercent",
+                "the headroom policy keeps headroom.reservedForAllocate back instead of a percent margin",
+            )
+        if "headroom" in r and policy != "headroom":
+            c.add(
+                (*base, "headroom"),
+                f"reclaim {res} has headroom parameters but policy {policy!r}",
+                "set policy: headroom, or remove the headroom section",
+            )
+        headroom = _compile_headroom(c, res, base, r.get("headroom") or {}) if policy == "headroom" else None
         resources[res] = ReclaimResource(
-            policy=str(r.get("policy", "usage")),
+            policy=policy,
             threshold_percent=r.get("reclaimThresholdPercent"),
             max_percent=r.get("maxPercent"),
             min=q["min"],
@@ -571,6 +656,8 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
             smoothing_agg=str(sm.get("aggregate", "avg")),
             min_step=steps["minStep"],
             max_step=steps["maxStep"],
+            request_as_usage=frozenset(r.get("requestAsUsage") or ()),
+            headroom=headroom,
         )
     return Reclaim(
         enabled=bool(raw.get("enabled", True)),
@@ -578,6 +665,48 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
         memory=resources["memory"],
         degrade_after=parse_duration(raw["degradeAfter"]) if "degradeAfter" in raw else None,
         report_interval=parse_duration(raw["reportInterval"]) if "reportInterval" in raw else None,
+    )
+
+
+# ---------------------------------------------------------------- pressure
+
+
+def _compile_pressure(c: _Checker, raw: dict[str, Any]) -> Pressure:
+    """spec.pressure -> Pressure, Katalyst's defaults for what is left out."""
+    d = Pressure()
+    numa = raw.get("numaWatermark") or {}
+    system = raw.get("systemMemory") or {}
+    psi = system.get("psi") or {}
+    times = int(numa.get("timesThreshold", d.numa_times))
+    wait = int(numa.get("fastEvictionWaitCycle", d.numa_fast_wait))
+    if wait > times:
+        c.add(
+            ("pressure", "numaWatermark", "fastEvictionWaitCycle"),
+            f"fastEvictionWaitCycle {wait} is above timesThreshold {times}",
+            "below the min watermark the count jumps to timesThreshold - fastEvictionWaitCycle, "
+            "which must not be negative (Katalyst: 12 and 1)",
+        )
+    classes = psi.get("podClasses")
+    for j, name in enumerate(classes or []):
+        c.ref(("pressure", "systemMemory", "psi", "podClasses", j), name, c.classes, "class")
+    minimum = _quantity(
+        c, ("pressure", "systemMemory", "freeThresholdMinimum"), system.get("freeThresholdMinimum")
+    )
+    return Pressure(
+        numa_interval=parse_duration(numa["interval"]) if "interval" in numa else d.numa_interval,
+        numa_reclaimed_times=int(numa.get("reclaimedTimesThreshold", d.numa_reclaimed_times)),
+        numa_times=times,
+        numa_fast_wait=wait,
+        watermark_scale_factor=float(raw.get("watermarkScaleFactor", d.watermark_scale_factor)),
+        system_free_minimum=minimum if minimum is not None else d.system_free_minimum,
+        psi_enabled=bool(psi.get("enabled", d.psi_enabled)),
+        psi_some=int(psi.get("someThreshold", d.psi_some)),
+        psi_full=int(psi.get("fullThreshold", d.psi_full)),
+        psi_duration=parse_duration(psi["duration"]) if "duration" in psi else d.psi_duration,
+        psi_min_pods=int(psi.get("minPods", d.psi_min_pods)),
+        psi_min_pod_pressure=int(psi.get("minPodPressure", d.psi_min_pod_pressure)),
+        psi_pod_classes=tuple(classes) if classes is not None else None,
+        psi_reset_when_below=bool(psi.get("resetWhenBelow", d.psi_reset_when_below)),
     )
 
 
@@ -642,6 +771,7 @@ def _check_action(
 ) -> None:
     p = (*path, kind)
     if kind == "evict":
+        _check_trigger(c, p, params)
         victims = params.get("victims") or {}
         for field_name in ("classes", "excludeClasses"):
             for j, name in enumerate(victims.get(field_name) or []):
@@ -688,6 +818,16 @@ def _check_action(
             c.ref((*p, "target", "pool"), target["pool"], c.pools, "pool")
         for key, knob in (params.get("values") or {}).items():
             _check_knob(c, (*p, "values", key), knob)
+        if "values" not in params and "memoryQos" not in params:
+            c.add(p, "setCgroup needs values, memoryQos or both", "e.g. values: {cpu.shares: 2}")
+        if "memoryQos" in params and "class" not in target:
+            c.add(
+                (*p, "memoryQos"),
+                "memoryQos needs target.class: it is sized from each pod's requests and limits",
+                "set target: {class: <name>}, or write literal values under `values`",
+            )
+    elif kind == "memoryGuard":
+        _quantity(c, (*p, "minCriticalWatermark"), params.get("minCriticalWatermark"))
     elif kind == "setResctrl":
         if "class" in params:
             c.ref((*p, "class"), params["class"], c.classes, "class")
@@ -706,6 +846,29 @@ def _check_action(
                 (*p, "resource"),
                 f"publish {res!r} needs spec.reclaim.{res}.publishAs",
                 "set the extended resource name to publish, e.g. kubernetes.io/batch-cpu",
+            )
+
+
+def _check_trigger(c: _Checker, p: JsonPath, params: dict[str, Any]) -> None:
+    """Semantic checks of evict.trigger that the schema cannot express."""
+    trigger = params.get("trigger") or {}
+    if ("suppressionTolerance" in trigger or "reclaimedOvercommit" in trigger) and "orderBy" in params:
+        kind = next(iter(trigger))
+        c.add(
+            (*p, "orderBy"),
+            f"trigger {kind} evicts in its anchor's own order, so orderBy would be ignored",
+            "remove orderBy from this evict action",
+        )
+    sat = trigger.get("beSatisfaction")
+    if isinstance(sat, dict):
+        error = satisfaction_config_error(sat.get("lowerPercent"), sat.get("upperPercent"))
+        if error:
+            c.add((*p, "trigger", "beSatisfaction"), error, "Koordinator skips BECPUEvict with such a config")
+        if not (params.get("victims") or {}).get("classes"):
+            c.add(
+                (*p, "victims", "classes"),
+                "trigger beSatisfaction needs victims.classes: the class whose CPU satisfaction it measures",
+                "e.g. victims: {classes: [BE]}",
             )
 
 

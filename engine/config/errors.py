@@ -94,3 +94,7 @@ def short(value: Any, limit: int = 60) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class UsageError(Exception):
+    """Bad command-line usage (a path that does not exist, a malformed option): exit 2."""

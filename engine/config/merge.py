@@ -20,7 +20,7 @@ from engine.config.load import Document, JsonPath, Layer
 from engine.config.selector import may_overlap
 
 NAMED_SECTIONS = ("classes", "enhancements", "pools", "rules")
-SINGLE_SECTIONS = ("reclaim",)
+SINGLE_SECTIONS = ("reclaim", "pressure", "cgroup")
 SPEC_SCALARS = ("mode", "defaultClass")
 DOC_ONLY = ("priority", "nodeSelector")
 

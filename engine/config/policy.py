@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from engine.config.conditions import Condition
 from engine.config.errors import Location
@@ -99,6 +99,9 @@ class QoSClass:
     memory: Mapping[str, Any]
     resctrl: Mapping[str, Any]
     origin: Location
+    # Koordinator memory QoS (minLimitPercent, lowLimitPercent, throttlingPercent, wmark*, ...) as
+    # written in the class's `memoryQos`; empty when the class declares none.
+    memory_qos: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,31 @@ class Pool:
 
 
 @dataclass(frozen=True)
+class ReclaimHeadroom:
+    """Parameters of the `headroom` reclaim policy (Katalyst's canonical headroom), Katalyst's defaults.
+
+    ``reserved_for_allocate``, ``usage_factor`` and ``fallback`` default per resource (cpu: 4 cores,
+    x1.25, 4 cores; memory: 5Gi, x1.1, 8Gi), so compile always fills them. The util_* fields are
+    cpuHeadroomConfig.utilBasedConfig (cpu) and memoryHeadroomConfig.utilBasedConfig (memory); both
+    are off in Katalyst."""
+
+    reserved_for_allocate: float
+    usage_factor: float
+    fallback: float
+    system_factor: float = 1.0  # memory: system_cores containers count rss x this
+    util_based: bool = False
+    target_utilization: float = 0.6  # cpu
+    max_utilization: float = 0.0  # cpu; 0 = never correct downwards
+    max_oversold_rate: float = 1.2  # cpu
+    max_headroom_capacity_rate: float = 1.0  # cpu
+    free_based_ratio: float = 0.6  # memory
+    static_based_capacity: float = float(20 << 30)  # memory
+    cache_based_ratio: float = 0.0  # memory
+    cpu_mem_ratio_lower: float = 1.0 / 6.0  # memory: cores per GiB
+    cpu_mem_ratio_upper: float = 1.0 / 3.5  # memory
+
+
+@dataclass(frozen=True)
 class ReclaimResource:
     policy: str
     threshold_percent: float | None
@@ -163,6 +191,9 @@ class ReclaimResource:
     smoothing_agg: str
     min_step: float | None
     max_step: float | None
+    # usage policy: classes whose request, not usage, counts as used (Koordinator: LSE lends no CPU).
+    request_as_usage: frozenset[str] = frozenset()
+    headroom: ReclaimHeadroom | None = None  # set when policy is "headroom"
 
 
 @dataclass(frozen=True)
@@ -172,6 +203,30 @@ class Reclaim:
     memory: ReclaimResource | None
     degrade_after: float | None
     report_interval: float | None
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """spec.pressure: parameters of the engine-computed memory pressure facts, Katalyst's defaults.
+
+    The NUMA watermark counter (numa_*) steps once per ``numa_interval``; system memory pressure
+    combines the free-memory watermark with workload memory PSI (psi_*). ``psi_pod_classes`` None
+    means every class whose cpu policy is shared or exclusive (Katalyst: shared and dedicated cores)."""
+
+    numa_interval: float = 5.0
+    numa_reclaimed_times: int = 6
+    numa_times: int = 12
+    numa_fast_wait: int = 1
+    watermark_scale_factor: float = 10.0
+    system_free_minimum: float = 0.0
+    psi_enabled: bool = True
+    psi_some: int = 15
+    psi_full: int = 4
+    psi_duration: float = 15.0
+    psi_min_pods: int = 3
+    psi_min_pod_pressure: int = 1
+    psi_pod_classes: tuple[str, ...] | None = None
+    psi_reset_when_below: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,6 +280,9 @@ class Policy:
     spec: Mapping[str, Any]
     origin_tree: Mapping[JsonPath, Location]
     generation: int = 0
+    pressure: Pressure = field(default_factory=Pressure)
+    # spec.cgroup.weightFormula: how cpu.shares become cpu.weight; None = knobs.DEFAULT_WEIGHT_FORMULA.
+    weight_formula: Literal["linear", "quadratic"] | None = None
     class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)
     enhancement_index: Mapping[str, Enhancement] = field(
         default_factory=lambda: EMPTY, compare=False, init=False

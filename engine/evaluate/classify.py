@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.config.policy import Enhancement, JsonKeyMatch, Matcher, Policy, QoSClass, StringMatch
 from engine.model.facts import Workload
+from engine.strategies.knobs import align_oom_priority
 
 Test = Callable[[Workload, "_JsonCache"], bool]
 
@@ -191,12 +192,13 @@ def _read(enh: Enhancement, w: Workload, js: _JsonCache, cls: QoSClass | None) -
     if enh.value_type == "integer" and number != int(number):
         return _invalid(enh, raw, "an integer")
     lo, hi = enh.range if enh.range else (-math.inf, math.inf)
-    if enh.effect == "oomPriority" and cls is not None:
-        # Katalyst clamps OOM priority into the class's band [min, max).
-        if cls.oom_priority.min is not None:
-            lo = max(lo, cls.oom_priority.min)
-        if cls.oom_priority.max is not None:
-            hi = min(hi, cls.oom_priority.max - 1)
+    if enh.effect == "oomPriority" and cls is not None and number == int(number):
+        # Katalyst's AlignOOMPriority: into the class's band [min, max), except 300 (never kill),
+        # which passes through. Before the enhancement's own range, so that 500 on shared_cores
+        # becomes 99 as in Katalyst, not 300 via a clamp to [-300, 300].
+        aligned = align_oom_priority(int(number), cls.oom_priority)
+        if aligned is not None:
+            number = float(aligned)
     if not lo <= number <= hi:
         if enh.on_invalid == "clamp":
             number = min(max(number, lo), hi)

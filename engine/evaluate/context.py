@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.evaluate.compiler import CompiledRule, observe
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews
-from engine.evaluate.state import Evicting
+from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance
 from engine.strategies.eviction import Round
@@ -22,6 +22,7 @@ from engine.strategies.pools import PoolPlan
 from engine.strategies.reclaim import ReportHistory
 
 if TYPE_CHECKING:
+    from engine.evaluate.class_knobs import MemoryQosAsk
     from engine.evaluate.engine import Engine
     from engine.evaluate.resctrl_step import ResctrlAsk
 
@@ -57,6 +58,9 @@ class Tick:
     stateful: set[str] = field(default_factory=set)  # rules with held or latched items at tick start
     pool_plan: PoolPlan | None = None  # this tick's CPU pools (None when the policy has none)
     resctrl: list[ResctrlAsk] = field(default_factory=list)  # setResctrl actions, planned after rules
+    memory_qos: list[MemoryQosAsk] = field(default_factory=list)  # setCgroup memoryQos, after rules
+    pressure: PressureState = NO_PRESSURE  # engine-computed trigger state, stepped this tick
+    pressure_inputs: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # "numa:<id>"/"node" -> terms
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,13 @@ from typing import Any, Protocol
 from engine.config.conditions import comparisons
 from engine.config.policy import Policy
 from engine.evaluate.actions import HANDLERS
+from engine.evaluate.class_knobs import ClassKnobStep, PodOomPriority
 from engine.evaluate.classify import Classifier
 from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key
 from engine.evaluate.context import ActionContext, Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ScopeItems
 from engine.evaluate.pools import PoolStep
+from engine.evaluate.pressure_step import PressureStep
 from engine.evaluate.resctrl_step import ResctrlStep
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
@@ -85,6 +87,7 @@ class Evaluation:
     fired: tuple[str, ...] = ()
     skipped: tuple[Skipped, ...] = ()
     workload_issues: tuple[WorkloadIssue, ...] = ()
+    oom_priorities: tuple[PodOomPriority, ...] = ()  # each active pod's OOM priority (Katalyst)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +97,7 @@ class Evaluation:
             "intents": [i.to_dict() for i in self.intents],
             "skipped": [s.to_dict() for s in self.skipped],
             "workloadIssues": [w.to_dict() for w in self.workload_issues],
+            "oomPriorities": [o.to_dict() for o in self.oom_priorities],
         }
 
 
@@ -127,7 +131,9 @@ class Engine:
         }
         self._static: dict[int, Any] = {}
         self.pool_step = PoolStep(policy, self.classifier, generation)
+        self.pressure_step = PressureStep(policy, self.classifier)
         self.resctrl_step = ResctrlStep(policy, self.classifier, generation)
+        self.class_knob_step = ClassKnobStep(policy, self.classifier, generation)
         self.knob_cache: dict[str, dict[str, KnobFn]] = {}  # setCgroup knobs, compiled once per rule
 
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
@@ -141,6 +147,7 @@ class Engine:
             last_fired=dict(state.last_fired),
             fired_at=dict(state.fired_at),
             reports=dict(state.reports),
+            pressure=state.pressure,
             evicting={
                 uid: rec
                 for uid, rec in state.evicting.items()
@@ -149,6 +156,8 @@ class Engine:
         )
         t.stateful = {k.split("|", 1)[0] for k in t.held} | {k.split("|", 1)[0] for k in t.latched}
         t.pool_plan = self.pool_step.plan(snap)
+        # Before any condition: its counters become the facts the memory pressure rules test.
+        self.pressure_step.run(views, t)
         classes = views.classes(self.class_keys) if self.class_keys else MappingProxyType({})
         for cr, evaluated in zip(self.rules, self._conditions(views, classes, t), strict=True):
             self._run_rule(cr, evaluated, snap, views, classes, t)
@@ -160,6 +169,8 @@ class Engine:
                 for i in self.pool_step.intents(snap, t.pool_plan, self.policy.hash)
                 if (i.path, i.file) not in taken
             )
+        # Class knobs hold like pools, after the rules: a rule's setCgroup of the same file wins.
+        oom = self.class_knob_step.run(snap, views.node, t)
         # Like the pools, after the rules: every group of the tick is planned against the CLOSIDs at once.
         self.resctrl_step.run(snap, t)
         new_state = EngineState(
@@ -169,6 +180,7 @@ class Engine:
             fired_at=t.fired_at,
             evicting=t.evicting,
             reports=t.reports,
+            pressure=t.pressure,
         )
         return Evaluation(
             now,
@@ -179,6 +191,7 @@ class Engine:
             tuple(t.fired),
             tuple(t.skipped),
             self._issues(snap, t.pool_plan),
+            oom_priorities=oom,
         )
 
     def _issues(self, snap: Snapshot, pools: PoolPlan | None) -> tuple[WorkloadIssue, ...]:

@@ -167,6 +167,23 @@ class FactViews:
             self._numa = out
         return self._numa
 
+    # ---- engine-computed facts
+    def derive_node(self, facts: Mapping[str, Any]) -> None:
+        """Add facts the engine computed before conditions run (pressure triggers). A value the
+        snapshot carries for the same key wins: a collector's reading beats qosd's estimate."""
+        node = self.node
+        for key, value in facts.items():
+            node.setdefault(key, value)
+
+    def derive_numa(self, nid: int, facts: Mapping[str, Any]) -> None:
+        """The same for one NUMA node's item facts (shared by every numa-scoped rule this tick)."""
+        item = self.numa.get(nid)
+        if item is None:
+            return
+        for key, value in facts.items():
+            if key not in item:
+                item[key] = value
+
     # ---- pods
     def pod(self, w: Workload) -> ItemFacts:
         view = self._pods.get(w.uid)

@@ -127,7 +127,9 @@ class PoolStep:
                     continue
                 key = (w.uid, c.name)
                 cpus = plan.cpuset_of(key)
-                if cpus is None:
+                if not cpus:
+                    # An empty pool (e.g. no reserve on a small node): writing "" would strand the
+                    # container; it keeps the cpuset it has. The plan's warnings say why.
                     continue
                 pool = "dedicated" if key in plan.dedicated else plan.assignments.get(key, "")
                 prov = self._provenance(w, pool, policy_hash, cpus)

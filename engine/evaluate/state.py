@@ -35,6 +35,67 @@ class Evicting:
 
 
 @dataclass(frozen=True)
+class NumaCounter:
+    """Katalyst's watermark counter of one NUMA node: its count, the decision of its last round, and
+    when that round ran (the counter steps once per ``spec.pressure.numaWatermark.interval``)."""
+
+    count: int
+    action: str
+    at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "action": self.action, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NumaCounter:
+        return cls(int(data.get("count", 0)), str(data.get("action", "noop")), float(data.get("at", 0.0)))
+
+
+@dataclass(frozen=True)
+class PressureState:
+    """What the engine-computed pressure triggers remember between ticks.
+
+    ``numa``: NUMA id -> watermark counter. ``psi_since``: when the workload memory PSI gate (and the
+    pod average) started holding, Katalyst's "since". ``system_met_at``: the last tick at which system
+    memory pressure was met (the MemoryPressure condition's transition period counts from it).
+    ``tolerance``: rule -> pod key -> since when that reclaimed pod is squeezed beyond its
+    suppression tolerance (Katalyst's per-pod timers)."""
+
+    numa: Mapping[str, NumaCounter] = field(default_factory=dict)
+    psi_since: float | None = None
+    system_met_at: float | None = None
+    tolerance: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.numa:
+            out["numa"] = {k: v.to_dict() for k, v in self.numa.items()}
+        if self.psi_since is not None:
+            out["psiSince"] = self.psi_since
+        if self.system_met_at is not None:
+            out["systemMetAt"] = self.system_met_at
+        if self.tolerance:
+            out["tolerance"] = {rule: dict(pods) for rule, pods in self.tolerance.items() if pods}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PressureState:
+        psi, met = data.get("psiSince"), data.get("systemMetAt")
+        return cls(
+            numa={str(k): NumaCounter.from_dict(v) for k, v in (data.get("numa") or {}).items()},
+            psi_since=float(psi) if psi is not None else None,
+            system_met_at=float(met) if met is not None else None,
+            tolerance={
+                str(rule): {str(pod): float(t) for pod, t in (pods or {}).items()}
+                for rule, pods in (data.get("tolerance") or {}).items()
+            },
+        )
+
+
+NO_PRESSURE = PressureState()
+
+
+@dataclass(frozen=True)
 class EngineState:
     held_since: Mapping[str, float] = field(
         default_factory=lambda: EMPTY_F
@@ -46,9 +107,10 @@ class EngineState:
     fired_at: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # rule -> recent firings
     evicting: Mapping[str, Evicting] = field(default_factory=dict)  # pod uid -> eviction under way
     reports: Mapping[str, ReportHistory] = field(default_factory=dict)  # published resource -> smoothing
+    pressure: PressureState = NO_PRESSURE  # counters and timers of the engine-computed triggers
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "heldSince": dict(self.held_since),
             "latched": sorted(self.latched),
             "lastFired": dict(self.last_fired),
@@ -56,6 +118,10 @@ class EngineState:
             "evicting": {k: v.to_dict() for k, v in self.evicting.items()},
             "reports": {k: v.to_dict() for k, v in self.reports.items()},
         }
+        pressure = self.pressure.to_dict()
+        if pressure:
+            out["pressure"] = pressure
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EngineState:
@@ -69,4 +135,5 @@ class EngineState:
                 for k, v in (data.get("evicting") or {}).items()
             },
             reports={str(k): ReportHistory.from_dict(v) for k, v in (data.get("reports") or {}).items()},
+            pressure=PressureState.from_dict(data.get("pressure") or {}),
         )

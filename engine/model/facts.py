@@ -146,6 +146,7 @@ class ResctrlInfo:
     cache_ids: tuple[int, ...] = ()
     mb_domains: tuple[int, ...] = ()
     sparse_masks: bool = False
+    shareable_bits: str = ""  # info/L3/shareable_bits: ways other agents (GPU, I/O) may also use
     delay_linear: bool = True
     groups: Mapping[str, str] = field(default_factory=dict)  # observed: group -> schemata text
 
@@ -163,6 +164,9 @@ class Snapshot:
     allocatable: Mapping[str, float] = field(default_factory=dict)
     cgroups: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # observed: path -> file -> value
     resctrl: ResctrlInfo = NO_RESCTRL
+    # 1 or 2 (node.cgroup.version); None when the source does not say. Class knobs pick file names by
+    # it (cpu.shares vs cpu.weight); unknown falls back to names the cgroup adapter translates.
+    cgroup_version: int | None = None
 
     @cached_property
     def by_uid(self) -> Mapping[str, Workload]:
@@ -182,7 +186,7 @@ def flatten_metrics(tree: Mapping[str, Any] | None) -> dict[str, Any]:
             out[path] = value
         elif _is_series(value):
             out[path] = value["last"]
-            for agg in AGGREGATES:
+            for agg in (*AGGREGATES, "samples"):  # samples: how many values each window holds
                 for window, v in (value.get(agg) or {}).items():
                     out[window_key(path, agg, parse_duration(window))] = v
         else:
@@ -228,6 +232,7 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
         allocatable,
         cgroups,
         _resctrl(node_raw.get("resctrl")),
+        (node_raw.get("cgroup") or {}).get("version"),
     )
 
 

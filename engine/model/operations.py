@@ -133,6 +133,20 @@ class CreateResctrlGroup:
 
 
 @dataclass(frozen=True)
+class RemoveResctrlGroup:
+    """Remove a control group qosd no longer needs, giving its CLOSID back; its tasks fall back to
+    the default group (the kernel moves them)."""
+
+    group: str
+    rule: str
+
+    kind = "removeResctrlGroup"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "group": self.group, "rule": self.rule}
+
+
+@dataclass(frozen=True)
 class WriteSchemata:
     """One resource line of a group's schemata; the kernel merges it per domain."""
 
@@ -169,6 +183,7 @@ Operation = (
     | PublishNodeResource
     | WriteCgroup
     | CreateResctrlGroup
+    | RemoveResctrlGroup
     | WriteSchemata
     | AssignTasks
 )

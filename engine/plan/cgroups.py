@@ -6,6 +6,15 @@ Koordinator's leveled updates do: top-down, each cgroup gets the *looser* of its
 values (the larger limit, the union of cpusets); then bottom-up, each gets its desired value. Files
 whose current value already equals the desired one are not written at all (a steady state writes
 nothing).
+
+Within one cgroup, cpu.idle and the weight files are ordered too. While a group is idle the kernel
+refuses cpu.shares/cpu.weight writes (EINVAL) and pins the weight to its minimum, and clearing idle
+resets the weight to the default (sched_group_set_idle; seen on this project's 6.x hosts: shares
+read 3 while idle, a write fails, idle=0 brings back 1024). So a group turning idle gets its
+shares/weight first and cpu.idle=1 last, and a group leaving idle gets cpu.idle=0 first and its
+shares/weight after. Katalyst never meets the case (it sets cpu.idle on the reclaim root only and
+leaves that group's weight alone); koordlet's cpu.idle (BE schedIdle) sits beside a weight it does
+not write either.
 """
 
 from __future__ import annotations
@@ -59,13 +68,21 @@ def looser(file: str, current: str | None, desired: str) -> str:
     return desired
 
 
+def _within_cgroup(d: Desired) -> int:
+    """Rank of a write among the writes to one cgroup: cpu.idle=0 before and cpu.idle=1 after the
+    weight files (see the module docstring); everything else keeps its name order."""
+    if d.file == "cpu.idle":
+        return 1 if d.value.strip() == "1" else -1
+    return 0
+
+
 def order_writes(desired: Sequence[Desired], observed: Mapping[str, Mapping[str, str]]) -> list[Desired]:
     """Minimal, ordered writes: top-down loosening, then bottom-up tightening."""
     changes = [d for d in desired if (observed.get(d.path) or {}).get(d.file) != d.value]
     depth = {d: d.path.strip("/").count("/") for d in changes}
     first: list[Desired] = []
     done: set[Desired] = set()
-    for d in sorted(changes, key=lambda d: (depth[d], d.path, d.file)):
+    for d in sorted(changes, key=lambda d: (depth[d], d.path, _within_cgroup(d), d.file)):
         current = (observed.get(d.path) or {}).get(d.file)
         if d.file in LIMITS | CPUSETS:
             step = looser(d.file, current, d.value)

@@ -191,8 +191,9 @@ def _node_op(intent: NodeIntent) -> Operation:
         value = p.get("value")
         quantity = None
         if value is not None:
-            # Both anchors publish CPU in milli-cores as an integer, memory in bytes.
-            quantity = str(int(value * 1000)) if p.get("unit") == "cores" else str(int(value))
+            # Both anchors publish CPU in milli-cores as an integer, memory in bytes. Rounded, not
+            # truncated: 1.001 cores is 1000.9999999999999 milli-cores in binary floating point.
+            quantity = str(round(value * 1000)) if p.get("unit") == "cores" else str(round(value))
         return PublishNodeResource(str(p["resource"]), quantity, rule)
     if intent.kind == "condition":
         return SetNodeCondition(

@@ -48,12 +48,15 @@ def estimate_container_cpu(
     load1m: float | None = None,
     load5m: float | None = None,
     reclaim_enabled: bool = True,
+    usage_ratio: float = CPU_USAGE_BUFFER_RATIO,
+    fallback: float = CPU_FALLBACK_CORES,
 ) -> Estimate:
     """max(usage x 1.25, load1m, load5m) for shared/dedicated containers; other levels need nothing here.
 
     Missing or non-positive metrics are ignored. Without any metric (or with reclaim disabled) the
     request stands in, and a container with neither is assumed to need 4 cores: an unknown container
-    must not make room for reclaimed pods.
+    must not make room for reclaimed pods. ``usage_ratio`` and ``fallback`` are Katalyst's constants
+    unless a policy overrides them.
     """
     if qos_level not in (SHARED_CORES, DEDICATED_CORES):
         return Estimate(0.0, "none")
@@ -61,7 +64,7 @@ def estimate_container_cpu(
     seen = False
     if reclaim_enabled:
         for ref, value, ratio in (
-            ("cpu.usage", usage, CPU_USAGE_BUFFER_RATIO),
+            ("cpu.usage", usage, usage_ratio),
             ("load1m", load1m, 1.0),
             ("load5m", load5m, 1.0),
         ):
@@ -73,7 +76,7 @@ def estimate_container_cpu(
     if not seen and request > best.value:
         best = Estimate(float(request), "request")
     if best.value <= 0:
-        best = Estimate(CPU_FALLBACK_CORES, "fallback")
+        best = Estimate(fallback, "fallback")
     return best
 
 
@@ -202,11 +205,17 @@ class MemoryContainer:
     numa_capacity: float = 0.0  # memory of the NUMA nodes it is bound to
 
 
-def estimate_container_memory(c: MemoryContainer) -> Estimate:
+def estimate_container_memory(
+    c: MemoryContainer,
+    buffer_ratio: float = MEMORY_BUFFER_RATIO,
+    system_ratio: float = SYSTEM_MEMORY_BUFFER_RATIO,
+    fallback: float = MEMORY_FALLBACK_BYTES,
+) -> Estimate:
     """(rss + cache + shmem) x 1.1 for shared/dedicated, rss x 1.0 for system containers.
 
     With reclaim disabled the request is used; a result of zero (no metric, no request) falls back to
-    8 GiB. A NUMA-exclusive dedicated container without reclaim owns its whole NUMA nodes.
+    8 GiB. A NUMA-exclusive dedicated container without reclaim owns its whole NUMA nodes. The
+    ratios and the fallback are Katalyst's constants unless a policy overrides them.
     """
     if c.qos_level == RECLAIMED_CORES:
         return Estimate(0.0, "none")
@@ -214,9 +223,9 @@ def estimate_container_memory(c: MemoryContainer) -> Estimate:
         return Estimate(c.numa_capacity if c.main else 0.0, "numa_capacity")
     if c.qos_level in (SHARED_CORES, DEDICATED_CORES):
         metrics: tuple[float | None, ...] = (c.rss, c.cache, c.shmem)
-        ratio = MEMORY_BUFFER_RATIO
+        ratio = buffer_ratio
     elif c.qos_level == SYSTEM_CORES:
-        metrics, ratio = (c.rss,), SYSTEM_MEMORY_BUFFER_RATIO
+        metrics, ratio = (c.rss,), system_ratio
     else:
         return Estimate(0.0, "none")
     if c.reclaim_enabled:
@@ -225,7 +234,7 @@ def estimate_container_memory(c: MemoryContainer) -> Estimate:
     else:
         value, reference = float(c.request), "request"
     if value <= 0:
-        return Estimate(MEMORY_FALLBACK_BYTES, "fallback")
+        return Estimate(fallback, "fallback")
     return Estimate(value, reference)
 
 

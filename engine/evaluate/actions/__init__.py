@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 
 from engine.evaluate.actions.cgroup import set_cgroup
 from engine.evaluate.actions.evict import evict
+from engine.evaluate.actions.memory_guard import memory_guard_action
 from engine.evaluate.actions.node import node_signal
 from engine.evaluate.actions.publish import publish
 from engine.evaluate.actions.resctrl import set_resctrl
@@ -26,5 +27,6 @@ HANDLERS: Mapping[str, Handler] = {
     "publish": publish,
     "setCgroup": set_cgroup,
     "setResctrl": set_resctrl,
+    "memoryGuard": memory_guard_action,
     "suppress": suppress,
 }

@@ -1,8 +1,14 @@
-"""setCgroup: desired cgroup values for a literal path, or for every pod of a class."""
+"""setCgroup: desired cgroup values for a literal path, or for every pod of a class.
+
+Share counts become cpu.weight by the policy's spec.cgroup.weightFormula. ``memoryQos`` is only
+recorded here (``Tick.memory_qos``): the class-knob step computes it after the rules, with the
+kube-QoS directory sums that need every pod's configuration (engine/evaluate/class_knobs.py).
+"""
 
 from __future__ import annotations
 
 from engine.config.render import RenderError
+from engine.evaluate.class_knobs import MemoryQosAsk
 from engine.evaluate.context import ActionContext
 from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent
@@ -11,10 +17,16 @@ from engine.strategies.knobs import compile_knob
 
 def set_cgroup(ctx: ActionContext) -> bool:
     target = ctx.params["target"]
+    asked = _memory_qos(ctx)
+    if "values" not in ctx.params:
+        return asked
     cache = ctx.engine.knob_cache
     knobs = cache.get(ctx.name)
     if knobs is None:
-        knobs = cache[ctx.name] = {f: compile_knob(f, k) for f, k in ctx.params["values"].items()}
+        formula = ctx.engine.policy.weight_formula
+        knobs = cache[ctx.name] = {
+            f: compile_knob(f, k, weight_formula=formula) for f, k in ctx.params["values"].items()
+        }
     provenance = ctx.first_provenance({"target": dict(target)})
     paths: list[tuple[str, Workload | None]]
     if "path" in target:
@@ -39,4 +51,20 @@ def set_cgroup(ctx: ActionContext) -> bool:
                 CgroupIntent(path, file, value, workload.key if workload else None, provenance)
             )
             wrote = True
-    return wrote
+    return wrote or asked
+
+
+def _memory_qos(ctx: ActionContext) -> bool:
+    """Record this rule's memoryQos for its class's pods; whether the class has any this tick."""
+    raw = ctx.params.get("memoryQos")
+    if raw is None:
+        return False
+    class_name = str(ctx.params["target"]["class"])
+    if not ctx.class_members(class_name):
+        return False
+    step = ctx.engine.class_knob_step
+    provenance = ctx.first_provenance({"target": {"class": class_name}})
+    ctx.tick.memory_qos.append(
+        MemoryQosAsk(ctx.name, class_name, step.memory_qos_of(ctx.name, raw), provenance)
+    )
+    return True

@@ -1,15 +1,43 @@
-"""evict: victims of one rule, ranked, with release accounting shared by every rule of the round."""
+"""evict: victims of one rule, ranked, with release accounting shared by every rule of the round.
+
+An optional ``trigger`` (see ``engine.strategies.eviction``) is computed here from the tick's facts,
+the pool plan and the engine state: this file gathers its inputs, the strategy decides.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
-from engine.model.facts import Workload
+from engine.model.facts import Workload, window_key
 from engine.model.intents import EvictIntent
-from engine.strategies.eviction import Candidate, choose
+from engine.model.units import parse_duration
+from engine.strategies.eviction import (
+    DEFAULT_PHASES,
+    Candidate,
+    TriggerResult,
+    choose,
+    eligible,
+    overcommit_trigger,
+    rss_overuse_trigger,
+    satisfaction_trigger,
+    tolerance_trigger,
+)
+from engine.strategies.pressure import (
+    DEFAULT_RSS_OVERUSE_THRESHOLD,
+    RECLAIMED_MILLICPU,
+    BeCpu,
+    be_allocatable_milli,
+    be_real_limit_milli,
+)
+from engine.strategies.suppress import CFS_PERIOD_US, UNSET_QUOTA, ReclaimPoolSupply
+
+RSS_THRESHOLD_EFFECT = "eviction.rssOveruseThreshold"
+TOLERANCE_EFFECT = "eviction.suppressionToleranceRate"
 
 
 def candidate(ctx: ActionContext, w: Workload) -> Candidate:
@@ -21,8 +49,11 @@ def evict(ctx: ActionContext) -> bool:
     rule = ctx.rule.rule
     params, t, matched = ctx.params, ctx.tick, ctx.matched
     audit = rule.mode == "audit"
+    trigger_spec: Mapping[str, Any] = params.get("trigger") or {}
     limit_values = [v for v in (params.get("maxPerRound"), rule.per_round) if v is not None]
-    has_target = bool((params.get("release") or {}).keys() & {"lowerPercent", "amount"})
+    has_target = bool((params.get("release") or {}).keys() & {"lowerPercent", "amount"}) or (
+        "beSatisfaction" in trigger_spec
+    )
     limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
     # Per matched NUMA node without a release target: one victim each (Katalyst's TopN=1),
     # all of them together within maxPerRound.
@@ -37,6 +68,7 @@ def evict(ctx: ActionContext) -> bool:
     pending = {uid: rec.credit for uid, rec in t.evicting.items()}
     new = 0
     groups: list[tuple[str | None, Any, list[Candidate], bool]] = []
+    considered = len(ctx.snap.workloads)
     if rule.scope in ("pod", "container"):
         seen: dict[str, Candidate] = {}
         for _, _, w, _ in matched:
@@ -44,8 +76,9 @@ def evict(ctx: ActionContext) -> bool:
                 seen[w.uid] = candidate(ctx, w)
         key, facts, _, latched = matched[0]
         groups.append((key, facts, list(seen.values()), latched))
+        considered = len(seen)
     else:
-        all_candidates = [candidate(ctx, w) for w in ctx.snap.workloads]
+        all_candidates = [candidate(ctx, w) for w in _by_class(ctx, params.get("victims") or {})]
         for key, facts, _, latched in matched:
             groups.append((key, facts, all_candidates, latched))
     for key, facts, candidates, latched in groups:
@@ -56,12 +89,19 @@ def evict(ctx: ActionContext) -> bool:
             facts if isinstance(facts, ItemFacts) and facts is not EMPTY_ITEM else ctx.views.node
         )
         pool = [c for c in candidates if c.workload.uid not in picked]
-        choices, release = choose(pool, params, scope_facts, pending, t.round, int(min(budget, 10**9)))
+        trigger = _trigger(ctx, trigger_spec, pool) if trigger_spec else None
+        if trigger is not None and not trigger.met:
+            continue
+        cap = int(min(budget, 10**9))
+        choices, release = choose(pool, params, scope_facts, pending, t.round, cap, trigger)
         left -= len(choices)
         picked.update(c.candidate.workload.uid for c in choices)
+        common = _common_inputs(ctx, key, considered, trigger)
         for choice in choices:
             w = choice.candidate.workload
-            inputs = {"orderBy": list(params.get("orderBy") or ()), "candidates": len(candidates)}
+            inputs = common
+            if trigger is not None and trigger.allowed is not None:
+                inputs = {**common, "trigger": {**common["trigger"], "pod": trigger.allowed.get(w.uid)}}
             t.intents.append(
                 EvictIntent(
                     uid=w.uid,
@@ -80,3 +120,287 @@ def evict(ctx: ActionContext) -> bool:
                 t.round.chosen[w.uid] = rule.name
             new += 1
     return new > 0
+
+
+def _by_class(ctx: ActionContext, victims: Mapping[str, Any]) -> list[Workload]:
+    """The workloads whose class and phase can make them victims, found through the (cached)
+    classification alone: rules that look at the whole node every tick (the triggers) then build
+    candidate facts only for these. The same tests as ``eligible``, which still runs on each."""
+    classify = ctx.engine.classifier.classify
+    index = ctx.engine.policy.class_index
+    classes = victims.get("classes")
+    excluded = victims.get("excludeClasses") or ()
+    phases = victims.get("phases") or DEFAULT_PHASES
+    out = []
+    for w in ctx.snap.workloads:
+        if w.phase not in phases:
+            continue
+        name = classify(w).class_name
+        cls = index.get(name) if name else None
+        if cls is not None and (cls.protected or cls.name in excluded):
+            continue
+        if classes and (cls is None or cls.name not in classes):
+            continue
+        out.append(w)
+    return out
+
+
+def _common_inputs(
+    ctx: ActionContext, key: str | None, candidates: int, trigger: TriggerResult | None
+) -> dict[str, Any]:
+    """Provenance inputs shared by one group's victims: ranking, the pressure decision the rule
+    tested (Katalyst's counter or system pressure), and the trigger's terms."""
+    params, t = ctx.params, ctx.tick
+    inputs: dict[str, Any] = {"candidates": candidates}
+    if trigger is not None and trigger.order is not None:
+        inputs["order"] = f"trigger {next(iter(params['trigger']))}"
+    else:
+        inputs["orderBy"] = list(params.get("orderBy") or ())
+    step = ctx.engine.pressure_step
+    if ctx.name in step.numa_rules and key is not None:
+        counter = t.pressure_inputs.get(f"numa:{key}")
+        if counter is not None:
+            inputs["watermarkCounter"] = dict(counter)
+    if ctx.name in step.system_rules and "node" in t.pressure_inputs:
+        inputs["systemMemoryPressure"] = dict(t.pressure_inputs["node"])
+    if trigger is not None:
+        inputs["trigger"] = {"kind": next(iter(params["trigger"])), **trigger.inputs}
+    return inputs
+
+
+# ---------------------------------------------------------------- triggers
+
+
+def _trigger(ctx: ActionContext, spec: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
+    """Gather one trigger's inputs for the eligible candidates and run its strategy."""
+    kind, cfg = next(iter(spec.items()))
+    cfg = cfg or {}
+    victims = ctx.params.get("victims") or {}
+    eligible_pool = [c for c in pool if eligible(c, victims)]
+    if kind == "rssOveruse":
+        return rss_overuse_trigger(
+            eligible_pool,
+            float(cfg.get("threshold", DEFAULT_RSS_OVERUSE_THRESHOLD)),
+            lambda c: _effect(ctx, c, RSS_THRESHOLD_EFFECT),
+        )
+    if kind == "suppressionTolerance":
+        return _tolerance(ctx, cfg, eligible_pool)
+    if kind == "reclaimedOvercommit":
+        return _overcommit(ctx, cfg, eligible_pool)
+    return _satisfaction(ctx, cfg, eligible_pool)
+
+
+def _effect(ctx: ActionContext, c: Candidate, effect: str) -> float | None:
+    value = ctx.engine.classifier.classify(c.workload).effects.get(effect)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _tolerance(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
+    """Katalyst's suppression tolerance: supply of the victims' pool, per-pod timers in the state."""
+    t = ctx.tick
+    supply = _reclaim_supply(ctx, pool)
+    if supply is None:
+        return TriggerResult(False, {"reason": "node.reclaim.pool_usage_cores is not observed"})
+    resource = str(cfg.get("requestResource", RECLAIMED_MILLICPU))
+
+    def request_milli(c: Candidate) -> int:
+        extended = c.workload.request(resource)
+        return int(extended) if extended > 0 else round(c.workload.request("cpu") * 1000)
+
+    since = t.pressure.tolerance.get(ctx.name, {})
+    result, kept = tolerance_trigger(
+        pool,
+        supply,
+        since,
+        t.now,
+        max_rate=float(cfg.get("maxRate", 5.0)),
+        min_duration=parse_duration(str(cfg["minDuration"])) if "minDuration" in cfg else 300.0,
+        request_milli=request_milli,
+        tolerance=lambda c: _effect(ctx, c, TOLERANCE_EFFECT),
+    )
+    tolerance = dict(t.pressure.tolerance)
+    if kept:
+        tolerance[ctx.name] = kept
+    else:
+        tolerance.pop(ctx.name, None)
+    t.pressure = replace(t.pressure, tolerance=tolerance)
+    return result
+
+
+def _reclaim_supply(ctx: ActionContext, pool: Sequence[Candidate]) -> ReclaimPoolSupply | None:
+    """Katalyst's GetReclaimMetrics: the size of the victims' CPU pool (this tick's pool plan), the
+    busy share of its CPUs (collector), and the reclaim cgroup's usage and quota. None when the pool's
+    busy share is not observed: the rate would be a guess."""
+    node = ctx.views.node
+    usage = node.get("reclaim.pool_usage_cores")
+    if usage is None:
+        return None
+    cpus = node.get("reclaim.pool_cpus")
+    plan = ctx.tick.pool_plan
+    if cpus is None and plan is not None:
+        names = {c.cls.pool for c in pool if c.cls is not None and c.cls.pool}
+        names |= {p.name for p in ctx.engine.policy.pools if p.kind == "reclaim"} if not names else set()
+        cpus = len(frozenset().union(*(plan.pools.get(n, frozenset()) for n in names))) if names else None
+    if cpus is None:
+        return None
+    cgroup = node.get("reclaim.cgroup_usage_cores")
+    if cgroup is None:
+        cgroup = sum(float(c.facts.get("cpu.usage_cores", 0.0)) for c in pool)
+    return ReclaimPoolSupply(
+        int(cpus),
+        float(usage),
+        float(cgroup),
+        float(node.get("reclaim.cfs_quota_us", UNSET_QUOTA)),
+        float(node.get("reclaim.cfs_period_us", CFS_PERIOD_US)),
+    )
+
+
+CPU_MILLI = 1000.0  # CPU extended resources (reclaimed_millicpu, batch-cpu) count millicores
+
+
+def _overcommit(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
+    """Katalyst's reclaimed-resource pressure over the published allocatable of each reclaimed
+    resource (spec.reclaim.<cpu|memory>.publishAs). Precedence of the allocatable: the collector's
+    node.reclaim.*_allocatable_* fact (what the scheduler sees on the CNR), then the Node's
+    allocatable of that extended resource, then qosd's own last report (EngineState.reports)."""
+    reclaim = ctx.engine.policy.reclaim
+    thresholds_cfg = cfg.get("thresholds") or {}
+    skip = set(cfg.get("skipZero") or ())
+    node = ctx.views.node
+    allocatable: dict[str, float] = {}
+    thresholds: dict[str, float] = {}
+    skip_zero: list[str] = []
+    sources: dict[str, str] = {}
+    for resource, spec, fact in (
+        ("cpu", reclaim.cpu, "reclaim.cpu_allocatable_cores"),
+        ("memory", reclaim.memory, "reclaim.memory_allocatable_bytes"),
+    ):
+        if spec is None or not spec.publish_as:
+            continue
+        name = spec.publish_as
+        unit = CPU_MILLI if resource == "cpu" else 1.0
+        value: float | None = None
+        observed = node.get(fact)
+        if observed is not None:
+            value, sources[name] = float(observed) * unit, f"node.{fact}"
+        elif name in ctx.snap.allocatable:
+            value, sources[name] = float(ctx.snap.allocatable[name]), "node allocatable"
+        else:
+            history = ctx.tick.reports.get(name)
+            # The value last published (``reported`` where the history keeps it apart from the
+            # smoothed ``last``).
+            published = getattr(history, "reported", None) if history is not None else None
+            if published is None and history is not None:
+                published = history.last
+            if published is not None:
+                value, sources[name] = float(published) * unit, "last report"
+        if value is None:
+            continue
+        allocatable[name] = value
+        thresholds[name] = float(thresholds_cfg.get(resource, 5.0))
+        if resource in skip:
+            skip_zero.append(name)
+    result = overcommit_trigger(pool, allocatable, thresholds, skip_zero)
+    return replace(result, inputs={**result.inputs, "allocatableFrom": sources})
+
+
+def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
+    """Koordinator's BECPUEvict: BE usage, request and limit (millicores) over the window and now.
+
+    Usage and limit read the class's facts (``class.<name>.cpu.*``: windowed averages from the
+    collector, else the pods' sum / the current value). The real limit is the collector's
+    ``limit_cores`` if it sends one, else ``be_real_limit_milli`` of the class cgroup's cpuset size
+    (fact, else its pool in this tick's plan) and quota. The request is the victims' summed batch-cpu
+    requests now; the collector's windowed ``request_cores`` replaces it for the average if sent."""
+    victims = ctx.params.get("victims") or {}
+    class_names: list[str] = list(victims.get("classes") or ())
+    classes = ctx.views.snapshot.metrics.classes
+    measured = [classes.get(n, {}) for n in class_names]
+    window = parse_duration(str(cfg["window"])) if "window" in cfg else 0.0
+    interval = parse_duration(str(cfg["collectInterval"])) if "collectInterval" in cfg else 1.0
+    window = max(window, interval)
+    resource = str(cfg.get("requestResource", "kubernetes.io/batch-cpu"))
+    members = [c for c in pool if c.cls is not None and c.cls.name in class_names]
+
+    def class_sum(key: str) -> float | None:
+        """The class's measured value, else the sum over its pods when every pod has one."""
+        value = _class_value(measured, key)
+        if value is not None:
+            return value
+        pods = [c.facts.get(key) for c in members]
+        return float(sum(pods)) if pods and all(v is not None for v in pods) else None
+
+    def avg_key(path: str) -> str:
+        return window_key(path, "avg", window)
+
+    request_now = float(sum(c.workload.request(resource) for c in members))
+    usage_now = class_sum("cpu.usage_cores")
+    usage_avg = class_sum(avg_key("cpu.usage_cores"))
+    req_avg = _class_value(measured, avg_key("cpu.request_cores"))
+    limit_now: float | None
+    limit_avg: float | None
+    if str(cfg.get("limit", "realLimit")) == "allocatable":
+        limit_now = limit_avg = be_allocatable_milli(ctx.snap.allocatable.get(resource))
+    else:
+        limit_now = _real_limit(ctx, measured, class_names)
+        limit_avg_raw = _class_value(measured, avg_key("cpu.limit_cores"))
+        limit_avg = limit_avg_raw * CPU_MILLI if limit_avg_raw is not None else limit_now
+    if usage_now is None or limit_now is None:
+        reason = f"no CPU usage or limit facts for class {', '.join(class_names)}"
+        return TriggerResult(False, {"reason": reason})
+    current = BeCpu(usage_now * CPU_MILLI, request_now, limit_now)
+    avg = BeCpu(
+        (usage_avg if usage_avg is not None else usage_now) * CPU_MILLI,
+        req_avg * CPU_MILLI if req_avg is not None else request_now,
+        limit_avg if limit_avg is not None else limit_now,
+    )
+    counts = [
+        n
+        for m in measured
+        for k in ("cpu.usage_cores", "cpu.limit_cores", "cpu.request_cores")
+        if (n := m.get(window_key(k, "samples", window))) is not None
+    ]
+    samples = (int(min(counts)), int(window), int(interval)) if counts else None
+    usage_threshold = cfg.get("usageThresholdPercent")
+    return satisfaction_trigger(
+        avg,
+        current,
+        int(cfg["lowerPercent"]),
+        int(cfg["upperPercent"]),
+        int(usage_threshold) if usage_threshold is not None else None,
+        samples,
+    )
+
+
+def _class_value(measured: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    values = [m.get(key) for m in measured]
+    numbers = [float(v) for v in values if v is not None]
+    return sum(numbers) if values and len(numbers) == len(values) else None
+
+
+def _real_limit(
+    ctx: ActionContext, measured: Sequence[Mapping[str, Any]], class_names: Sequence[str]
+) -> float | None:
+    """Koordinator's realLimit in millicores: the collector's limit_cores, else min(cpuset size x 1000,
+    quota x 1000 / period) of the class cgroup (cpuset size: the fact, else the class pool's size)."""
+    limit = _class_value(measured, "cpu.limit_cores")
+    if limit is not None:
+        return limit * CPU_MILLI
+    cpus = _class_value(measured, "cpu.cpuset_cpus")
+    plan = ctx.tick.pool_plan
+    if cpus is None and plan is not None:
+        index = ctx.engine.policy.class_index
+        pools = {p for n in class_names if n in index and (p := index[n].pool)}
+        if pools:
+            cpus = float(len(frozenset().union(*(plan.pools.get(p, frozenset()) for p in pools))))
+    if cpus is None:
+        return None
+    quota = _class_value(measured, "cpu.cfs_quota_us")
+    period = _class_value(measured, "cpu.cfs_period_us")
+    return float(
+        be_real_limit_milli(
+            int(cpus),
+            int(quota) if quota is not None else UNSET_QUOTA,
+            int(period) if period is not None else CFS_PERIOD_US,
+        )
+    )

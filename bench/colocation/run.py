@@ -1,0 +1,210 @@
+"""Real colocation benchmark: a latency probe next to a CPU-hungry batch job, with and without qosd.
+
+Run as root on a machine with a writable cgroup v1 hierarchy (these machines have one):
+
+    python -m bench.colocation.run [--duration 20] [--write]
+
+Scenarios, in one run so their ratios share the machine's state:
+
+1. probe alone             -> the probe's latency baseline, and the CPU it uses
+2. batch alone             -> the batch job's solo throughput
+3. colocated, unmanaged    -> both at once, kernel defaults
+4. colocated, qosd         -> both at once under ``qosd run`` with the bundled default policy in
+                              standalone mode (no workloads file: the default name mapping makes
+                              ``qosd-bench/batch`` reclaimed_cores and ``qosd-bench/online`` shared_cores)
+
+Reported: the probe's p99 against running alone (target <= 1.10x managed), and the batch job's
+throughput against what it could get from the CPU the probe leaves idle, i.e. its solo rate scaled
+by (CPUs - probe cores) / CPUs (target >= 70% managed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.colocation.cgroups import BenchCgroups
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUPS = ("online", "batch")
+
+
+@dataclass
+class Scenario:
+    name: str
+    probe: dict[str, Any] | None = None
+    batch: dict[str, Any] | None = None
+    qosd: str = ""
+
+
+def _json(proc: subprocess.Popen[str], what: str) -> dict[str, Any]:
+    out, _ = proc.communicate(timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} exited with {proc.returncode}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def run_scenario(cg: BenchCgroups, name: str, probe: bool, batch: bool, managed: bool, args: Any) -> Scenario:
+    cg.reset(GROUPS)
+    qosd = None
+    sc = Scenario(name)
+    if managed:
+        qosd = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "engine.cli",
+                "run",
+                "--interval",
+                "1s",
+                "--listen",
+                "",
+                "--audit-log",
+                str(args.audit),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2.5)  # its first ticks: the batch cgroup is deprioritized before the work starts
+    py = sys.executable
+    common = ["--duration", str(args.duration), "--warmup", "1"]
+    procs = {}
+    if batch:
+        procs["batch"] = cg.popen("batch", [py, "-m", "bench.colocation.batch", *common])
+    if probe:
+        procs["probe"] = cg.popen(
+            "online",
+            [py, "-m", "bench.colocation.probe", *common, "--rate", str(args.rate), "--work", str(args.work)],
+        )
+    try:
+        if "probe" in procs:
+            sc.probe = _json(procs["probe"], "probe")
+        if "batch" in procs:
+            sc.batch = _json(procs["batch"], "batch")
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+        if qosd is not None:
+            qosd.terminate()
+            _, err = qosd.communicate(timeout=30)
+            sc.qosd = err
+    return sc
+
+
+def report(scenarios: dict[str, Scenario], cpus: int) -> dict[str, Any]:
+    alone = scenarios["probe alone"].probe
+    solo = scenarios["batch alone"].batch
+    assert alone is not None and solo is not None
+    idle_cpus = cpus - alone["cpu_cores"]
+    out: dict[str, Any] = {"cpus": cpus, "probe_cores_alone": alone["cpu_cores"], "rows": []}
+    for sc in scenarios.values():
+        row: dict[str, Any] = {"scenario": sc.name}
+        if sc.probe:
+            row.update({k: sc.probe[k] for k in ("p50_us", "p99_us", "p999_us")})
+            row["p99_ratio"] = sc.probe["p99_us"] / alone["p99_us"]
+        if sc.batch:
+            row["batch_rate"] = sc.batch["rate"]
+            row["batch_vs_solo"] = sc.batch["rate"] / solo["rate"]
+            row["batch_vs_idle"] = sc.batch["rate"] / (solo["rate"] * idle_cpus / cpus)
+        out["rows"].append(row)
+    return out
+
+
+def markdown(result: dict[str, Any], command: str) -> str:
+    lines = [
+        "## Colocation on real cgroups (issue 5)",
+        "",
+        f"Command: `{command}` (as root; cgroup v1 hierarchy)",
+        "",
+        f"Machine: {result['cpus']} CPUs, kernel {platform.release()}, CPython {platform.python_version()}. "
+        f"Date {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Probe: {result['rate']:g} requests/s of fixed work; "
+        f"batch: one busy worker per CPU; {result['duration']:g} s measured per scenario after 1 s warm-up. "
+        f"The probe alone uses {result['probe_cores_alone']:.3f} cores, so the CPU it leaves idle is "
+        f"{result['cpus'] - result['probe_cores_alone']:.2f} CPUs.",
+        "",
+        "| scenario | probe p50 µs | p99 µs | p999 µs | p99 vs alone | batch vs solo | batch vs idle CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+
+        def f(key: str, fmt: str, r: dict[str, Any] = r) -> str:
+            return format(r[key], fmt) if key in r else "–"
+
+        lines.append(
+            f"| {r['scenario']} | {f('p50_us', '.0f')} | {f('p99_us', '.0f')} | {f('p999_us', '.0f')} | "
+            f"{f('p99_ratio', '.2f')}x | {f('batch_vs_solo', '.0%')} | {f('batch_vs_idle', '.0%')} |"
+        )
+    managed = next(r for r in result["rows"] if r["scenario"] == "colocated, qosd")
+    lines += [
+        "",
+        f"Targets: managed p99 <= 1.10x alone -> **{managed['p99_ratio']:.2f}x**; batch keeps >= 70% of the "
+        f"CPU the probe leaves idle -> **{managed['batch_vs_idle']:.0%}**.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    head = "## Colocation on real cgroups (issue 5)"
+    if head in text:
+        before, _, rest = text.partition(head)
+        nxt = rest.find("\n## ")
+        text = before + section + (rest[nxt + 1 :] if nxt >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + section
+    path.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--work", type=int, default=5000)
+    parser.add_argument("--write", action="store_true", help="record the result in bench/RESULTS.md")
+    parser.add_argument("--audit", type=Path, default=Path("/tmp/qosd-colocation-audit.jsonl"))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit(
+            "the colocation benchmark needs root (it creates cgroups); try `qosd demo` for a simulated node"
+        )
+    cg = BenchCgroups()
+    cg.remove()
+    cg.create(GROUPS)
+    scenarios: dict[str, Scenario] = {}
+    try:
+        for name, probe, batch, managed in (
+            ("probe alone", True, False, False),
+            ("batch alone", False, True, False),
+            ("colocated, unmanaged", True, True, False),
+            ("colocated, qosd", True, True, True),
+        ):
+            print(f"running: {name} ...", file=sys.stderr, flush=True)
+            scenarios[name] = run_scenario(cg, name, probe, batch, managed, args)
+    finally:
+        cg.remove()
+    result = report(scenarios, os.cpu_count() or 1)
+    result.update(rate=args.rate, duration=args.duration)
+    section = markdown(result, "python -m bench.colocation.run " + " ".join(sys.argv[1:]))
+    print(section)
+    if args.write:
+        write_section(ROOT / "bench/RESULTS.md", section)
+
+
+if __name__ == "__main__":
+    main()

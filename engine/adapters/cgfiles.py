@@ -1,0 +1,326 @@
+"""The one home of cgroup file names and value formats across v1 and v2.
+
+Intents and operations name files the way their rule or strategy thinks of them, in either dialect:
+the suppress action writes ``cpu.cfs_quota_us``, memory QoS writes ``memory.max``, a rule may say
+``cpu.weight``. The adapter carries such a *logical* file to the *host* file of the hierarchy that
+holds the controller, converting the value on the way, and converts what it reads back into the
+logical dialect, so the planner compares like with like on any node:
+
+===================== ============================ ===============================================
+v1                    v2                           value
+===================== ============================ ===============================================
+cpu.shares            cpu.weight                   shares <-> weight (strategies.knobs formulas)
+cpu.cfs_quota_us      cpu.max (first field)        -1 <-> max
+cpu.cfs_period_us     cpu.max (second field)       us
+cpu.cfs_burst_us      cpu.max.burst                us
+memory.limit_in_bytes memory.max                   -1 <-> max
+memory.usage_in_bytes memory.current               bytes (read only)
+cpuset.effective_cpus cpuset.cpus.effective        list (read only); likewise the mems
+tasks                 cgroup.threads               thread ids
+===================== ============================ ===============================================
+
+Every other name (cpuset.cpus, cpuset.mems, cpu.idle, memory.high/low/min, ...) is the same on both;
+where a kernel lacks it (memory.high on a v1 kernel without Alibaba Cloud Linux's backport, cpu.idle
+before 5.15) the file is simply absent and the adapter reports the write as skipped.
+
+Values are compared *by meaning* (:func:`same`), because the kernel normalises what it stores:
+memory limits are rounded down to whole pages and "unlimited" reads back as 9223372036854771712 on
+v1, cpusets read back as ranges ("0,1,2" -> "0-2"), shares are clamped to [2, 262144], and any
+negative CFS quota is -1. A value the kernel would reject is never normalised away: it is written
+and the kernel's EINVAL reported.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from engine.model.units import parse_cpuset
+from engine.strategies.knobs import (
+    SHARES_MAX,
+    SHARES_MIN,
+    WEIGHT_MAX,
+    WEIGHT_MIN,
+    WeightFormula,
+    shares_to_weight,
+    weight_to_shares,
+)
+
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# A page counter's maximum: LONG_MAX in whole pages, which v1 prints for "unlimited".
+UNLIMITED_BYTES = (2**63 - 1) // PAGE_SIZE * PAGE_SIZE
+
+V1_TO_V2 = {
+    "cpu.shares": "cpu.weight",
+    "cpu.cfs_burst_us": "cpu.max.burst",
+    "memory.limit_in_bytes": "memory.max",
+    "memory.usage_in_bytes": "memory.current",
+    "cpuset.effective_cpus": "cpuset.cpus.effective",
+    "cpuset.effective_mems": "cpuset.mems.effective",
+    "tasks": "cgroup.threads",
+}
+V2_TO_V1 = {v: k for k, v in V1_TO_V2.items()}
+CPU_MAX_PARTS = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+
+CPUSET_FILES = frozenset(
+    {
+        "cpuset.cpus",
+        "cpuset.mems",
+        "cpuset.effective_cpus",
+        "cpuset.effective_mems",
+        "cpuset.cpus.effective",
+        "cpuset.mems.effective",
+    }
+)
+V1_MEMORY_LIMITS = frozenset(
+    {"memory.limit_in_bytes", "memory.soft_limit_in_bytes", "memory.memsw.limit_in_bytes"}
+)
+MEMORY_LIMIT_FILES = V1_MEMORY_LIMITS | frozenset(
+    {
+        "memory.max",
+        "memory.high",
+        "memory.low",
+        "memory.min",
+        "memory.swap.max",
+    }
+)
+INTEGER_FILES = frozenset(
+    {"cpu.weight", "cpu.idle", "cpu.cfs_period_us", "cpu.cfs_burst_us", "cpu.max.burst", "cpu.weight.nice"}
+)
+V1_UNLIMITED = "-1"
+V2_UNLIMITED = "max"
+
+
+class TranslationError(ValueError):
+    """A value that cannot be carried to the other cgroup version (the message says why)."""
+
+
+def controller_of(file: str) -> str:
+    """The controller a file belongs to; ``""`` for the core files every hierarchy has."""
+    if file == "tasks" or file.startswith("cgroup."):
+        return ""
+    return file.split(".", 1)[0]
+
+
+def host_files(file: str, version: int) -> tuple[str, ...]:
+    """The host files that hold a logical file on a cgroup version, in read order."""
+    if version == 1:
+        if file == "cpu.max":
+            return CPU_MAX_PARTS
+        return (V2_TO_V1.get(file, file),)
+    if file in CPU_MAX_PARTS:
+        return ("cpu.max",)
+    return (V1_TO_V2.get(file, file),)
+
+
+# ---------------------------------------------------------------- comparing by meaning
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _memory(text: str) -> object:
+    t = text.strip()
+    if t in (V1_UNLIMITED, V2_UNLIMITED):
+        return V2_UNLIMITED
+    n = _int(t)
+    if n is None or n < 0:
+        return t
+    if n >= UNLIMITED_BYTES:
+        return V2_UNLIMITED
+    return n // PAGE_SIZE * PAGE_SIZE
+
+
+def _cpu_max(text: str) -> tuple[object, int | None]:
+    fields = text.split()
+    if not fields:
+        return ("", None)
+    quota: object = fields[0]
+    n = _int(fields[0])
+    if n is not None:
+        quota = V2_UNLIMITED if n < 0 else n
+    period = _int(fields[1]) if len(fields) > 1 else None
+    return quota, period
+
+
+def canonical(file: str, text: str) -> object:
+    """A host file's value as the kernel means it, for equality only."""
+    t = text.strip()
+    if file in CPUSET_FILES:
+        try:
+            return parse_cpuset(t)
+        except ValueError:
+            return t
+    if file in MEMORY_LIMIT_FILES:
+        return _memory(t)
+    if file == "cpu.shares":
+        n = _int(t)
+        return t if n is None or n < 0 else min(max(n, SHARES_MIN), SHARES_MAX)
+    if file == "cpu.cfs_quota_us":
+        n = _int(t)
+        return t if n is None else (-1 if n < 0 else n)
+    if file == "cpu.max":
+        return _cpu_max(t)
+    if file in INTEGER_FILES:
+        n = _int(t)
+        return t if n is None else n
+    return t
+
+
+def same(file: str, current: str | None, desired: str) -> bool:
+    """Whether a host file holding ``current`` already holds ``desired``. A one-field cpu.max
+    ("50000") sets only the quota, so only the quota is compared."""
+    if current is None:
+        return False
+    if file == "cpu.max":
+        have_q, have_p = _cpu_max(current)
+        want_q, want_p = _cpu_max(desired)
+        return have_q == want_q and (want_p is None or have_p == want_p)
+    return canonical(file, current) == canonical(file, desired)
+
+
+# ---------------------------------------------------------------- logical -> host writes
+
+
+def _quota_v1(text: str) -> str:
+    t = text.strip()
+    if t == V2_UNLIMITED:
+        return V1_UNLIMITED
+    if _int(t) is None:
+        raise TranslationError(f"CPU quota {text!r} is not a number of microseconds or 'max'")
+    return t
+
+
+def _ratio(quota: str | None, period: str | None) -> float:
+    """The CPU share a (quota, period) pair allows; unlimited counts as 0 because the kernel never
+    rejects an unlimited child, only a child above a limited parent."""
+    q, p = _int(quota or ""), _int(period or "")
+    if q is None or q < 0 or not p:
+        return 0.0
+    return q / p
+
+
+def to_host(
+    file: str,
+    value: str,
+    version: int,
+    current: Mapping[str, str | None],
+    formula: WeightFormula | None = None,
+) -> list[tuple[str, str]]:
+    """The host writes, in order, that make a logical file hold ``value``; ``[]`` when it already
+    does. ``current`` holds the host files of :func:`host_files` (None when unreadable)."""
+    wanted = _host_values(file, value, version, current, formula)
+    writes = [(f, v) for f, v in wanted if not same(f, current.get(f), v)]
+    if version == 1 and file == "cpu.max" and len(writes) == 2:
+        # Quota and period change together: of the two intermediate states, go through the one that
+        # allows less CPU, so a child never passes its parent's limit mid-change (EINVAL on v1).
+        quota_first = _ratio(writes[0][1], current.get("cpu.cfs_period_us"))
+        period_first = _ratio(current.get("cpu.cfs_quota_us"), writes[1][1])
+        if period_first < quota_first:
+            writes.reverse()
+    return writes
+
+
+def _host_values(
+    file: str,
+    value: str,
+    version: int,
+    current: Mapping[str, str | None],
+    formula: WeightFormula | None,
+) -> list[tuple[str, str]]:
+    text = value.strip()
+    if version == 1:
+        if file == "cpu.max":
+            fields = text.split()
+            if not 1 <= len(fields) <= 2:
+                raise TranslationError(f"cpu.max {value!r} is not '<quota|max> [<period>]'")
+            out = [("cpu.cfs_quota_us", _quota_v1(fields[0]))]
+            if len(fields) == 2:
+                if _int(fields[1]) is None:
+                    raise TranslationError(f"cpu.max period {fields[1]!r} is not a number of microseconds")
+                out.append(("cpu.cfs_period_us", fields[1]))
+            return out
+        if file == "cpu.weight":
+            weight = _int(text)
+            if weight is None or not WEIGHT_MIN <= weight <= WEIGHT_MAX:
+                raise TranslationError(
+                    f"cpu.weight {value!r} is not an integer in [{WEIGHT_MIN}, {WEIGHT_MAX}]; "
+                    "cannot convert it to cpu.shares for this cgroup v1 node"
+                )
+            return [("cpu.shares", str(weight_to_shares(weight, formula)))]
+        if file == "memory.max":
+            return [("memory.limit_in_bytes", V1_UNLIMITED if text == V2_UNLIMITED else text)]
+        return [(V2_TO_V1.get(file, file), text)]
+    if file == "cpu.cfs_quota_us":
+        n = _int(text)
+        if n is None:
+            raise TranslationError(f"cpu.cfs_quota_us {value!r} is not an integer; cannot write cpu.max")
+        quota = V2_UNLIMITED if n < 0 else str(n)
+        period = _cpu_max(current.get("cpu.max") or "")[1]
+        return [("cpu.max", f"{quota} {period}" if period is not None else quota)]
+    if file == "cpu.cfs_period_us":
+        if _int(text) is None:
+            raise TranslationError(f"cpu.cfs_period_us {value!r} is not an integer; cannot write cpu.max")
+        fields = (current.get("cpu.max") or "").split()
+        quota_text = fields[0] if fields else V2_UNLIMITED
+        return [("cpu.max", f"{quota_text} {text}")]
+    if file == "cpu.shares":
+        shares = _int(text)
+        if shares is None or shares < 0:
+            raise TranslationError(
+                f"cpu.shares {value!r} is not a non-negative integer; cannot convert it to cpu.weight "
+                "for this cgroup v2 node"
+            )
+        return [("cpu.weight", str(shares_to_weight(shares, formula)))]
+    if file == "memory.limit_in_bytes":
+        return [("memory.max", V2_UNLIMITED if text == V1_UNLIMITED else text)]
+    return [(V1_TO_V2.get(file, file), text)]
+
+
+# ---------------------------------------------------------------- host -> logical reads
+
+
+def _unlimited_as(text: str, token: str) -> str:
+    return token if _memory(text) == V2_UNLIMITED else text
+
+
+def from_host(
+    file: str, version: int, current: Mapping[str, str], formula: WeightFormula | None = None
+) -> str | None:
+    """A logical file's value from its host files (stripped), in the logical file's dialect; None
+    when a host file is missing. Unparsable text is passed through for the planner to see."""
+    texts = [current.get(f) for f in host_files(file, version)]
+    if any(t is None for t in texts):
+        return None
+    raw = [t.strip() for t in texts if t is not None]
+    if version == 1:
+        if file == "cpu.max":
+            q = _int(raw[0])
+            return f"{V2_UNLIMITED if q is not None and q < 0 else raw[0]} {raw[1]}"
+        if file == "cpu.weight":
+            shares = _int(raw[0])
+            return raw[0] if shares is None else str(shares_to_weight(shares, formula))
+        return _plain(file, raw[0])
+    if file in CPU_MAX_PARTS:
+        fields = raw[0].split()
+        if file == "cpu.cfs_quota_us":
+            return V1_UNLIMITED if fields and fields[0] == V2_UNLIMITED else (fields[0] if fields else "")
+        return fields[1] if len(fields) > 1 else ""
+    if file == "cpu.shares":
+        weight = _int(raw[0])
+        return raw[0] if weight is None else str(weight_to_shares(weight, formula))
+    return _plain(file, raw[0])
+
+
+def _plain(file: str, text: str) -> str:
+    """Memory limits read "unlimited" in the logical file's own dialect: -1 for the v1 names, max
+    for the v2 names (v1 prints a page counter's maximum, which no policy writes)."""
+    if file in V1_MEMORY_LIMITS:
+        return _unlimited_as(text, V1_UNLIMITED)
+    if file in MEMORY_LIMIT_FILES:
+        return _unlimited_as(text, V2_UNLIMITED)
+    return text

@@ -1,0 +1,41 @@
+"""What an adapter reports for one operation.
+
+One result per operation, in the order the operations were given, so the daemon can zip the two for
+metrics and the audit log. The status vocabulary is small on purpose: it becomes a Prometheus label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.model.operations import Operation
+
+Status = Literal["applied", "unchanged", "vanished", "failed", "skipped"]
+"""applied: written. unchanged: the kernel already held the value, nothing written. vanished: the
+target (cgroup, pid) went away between plan and write, which churn makes normal. failed: the kernel
+refused or the operation was refused before any write (path escape, bad value). skipped: nothing to
+do on this node (dry run, file or controller not offered, resctrl not mounted)."""
+
+STATUSES: tuple[Status, ...] = ("applied", "unchanged", "vanished", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class OperationResult:
+    op: Operation
+    status: Status
+    error: str | None = None  # why it failed, vanished or was skipped, for an engineer
+    attempts: int = 0  # write (or mkdir/rmdir) syscalls tried; 0 when nothing needed writing
+    detail: str = ""  # what was done: "cpu.shares 1024 -> 512", "moved 3 tasks, 1 exited"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "operation": self.op.to_dict(),
+            "status": self.status,
+            "attempts": self.attempts,
+        }
+        if self.error:
+            out["error"] = self.error
+        if self.detail:
+            out["detail"] = self.detail
+        return out

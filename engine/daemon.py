@@ -1,0 +1,743 @@
+"""``qosd run``: the node daemon's tick loop, policy generations, state, audit log, metrics and health.
+
+One tick is the same pure path as ``qosd eval`` (``engine.tick.run_tick``); the daemon only adds what a
+long-running process needs around it:
+
+- **Generations.** Rule files are re-read when their fingerprint (path, inode, size, mtime) or the
+  node's labels and sizes change. A new generation that fails to load, render, validate or compile is
+  rejected as a whole and the last good one keeps running; the failure is logged with its locations
+  and counted. Nothing is re-parsed on a steady tick.
+- **Write-ahead state.** The engine state after a tick (sustain timers, latches, cooldowns, pods being
+  evicted) is written atomically *before* the tick's operations are executed. After a ``kill -9``
+  anywhere in a tick the restarted daemon either never saw the decision (and makes it again, against
+  freshly observed cgroups, so writes are not repeated) or already has the eviction on record (and
+  counts the pod as released instead of evicting it twice).
+- **Graceful stop.** SIGTERM/SIGINT only set a flag: the tick in progress finishes, its whole plan is
+  applied, then the loop exits. A plan is never left half-applied by a signal.
+- **Audit log.** JSON Lines, one Evaluation document per tick in which something was decided (an
+  operation, something held back, a skipped rule or a workload issue), each intent with its
+  provenance, plus each operation's result. ``qosd explain`` reads it.
+- **Metrics and health** on one HTTP port: ``/metrics`` (prometheus-client), ``/healthz`` (the loop is
+  alive), ``/readyz`` (a policy is loaded and a tick completed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from engine.adapters.cgroup import CgroupAdapter
+from engine.adapters.executor import NodeExecutor
+from engine.adapters.recorder import RecordingExecutor
+from engine.adapters.resctrl import ResctrlAdapter
+from engine.adapters.result import OperationResult
+from engine.config.errors import PolicyError, UsageError
+from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
+from engine.evaluate.engine import Engine
+from engine.evaluate.state import EngineState
+from engine.model.facts import Snapshot
+from engine.model.intents import CgroupIntent
+from engine.model.node import NodeInfo
+from engine.model.operations import Operation, WriteCgroup
+from engine.model.units import parse_duration
+from engine.plan.planner import Guards
+from engine.sources.collector import CollectorOptions, NodeCollector
+from engine.sources.standalone import standalone_collector
+from engine.tick import TickResult, plan_tick, run_tick
+
+API_VERSION = "qosd.io/v1alpha1"
+RULE_SUFFIXES = (".yaml", ".yml", ".json")
+TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+log = logging.getLogger("qosd")
+
+
+# ---------------------------------------------------------------- the parts the daemon drives
+
+
+class NodeSource(Protocol):
+    """Observes the node once per tick: topology, workloads, metrics and the cgroup values qosd manages.
+
+    ``adopt`` hears of each new policy generation (which windows and facts to keep), ``applied`` of
+    each tick's plan and outcomes (which files to keep observing, what was just written)."""
+
+    def collect(self) -> Snapshot: ...
+
+    def adopt(self, engine: Engine) -> None: ...
+
+    def applied(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None: ...
+
+    def observe(self, wanted: Mapping[str, Sequence[str]]) -> Mapping[str, Mapping[str, str]]:
+        """Read these cgroup files now (logical names), for files the snapshot did not carry."""
+        ...
+
+
+class OperationOutcome(Protocol):
+    """What an adapter reports for one operation (see engine.adapters)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class Executor(Protocol):
+    """Executes operations in the order given and reports one outcome per operation; decides nothing."""
+
+    def apply(self, operations: Sequence[Operation]) -> Sequence[OperationOutcome]: ...
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    rules: tuple[Path, ...] = ()
+    builtin: bool = True
+    labels: Mapping[str, str] = field(default_factory=dict)  # extra node labels (e.g. the profile)
+    interval: float = 1.0
+    once: bool = False
+    dry_run: bool = False
+    eviction_burst: int = 3
+    backend: str = "python"
+    state_file: Path | None = None
+    audit_log: Path | None = None
+    listen: str | None = None  # host:port for /metrics, /healthz, /readyz
+
+
+# ---------------------------------------------------------------- metrics
+
+
+class Metrics:
+    """The daemon's Prometheus metrics, in their own registry (tests run several daemons in one process)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.tick_seconds = Histogram(
+            "qosd_tick_duration_seconds",
+            "Time of one tick: collect, evaluate, plan and apply.",
+            buckets=TICK_BUCKETS,
+            registry=r,
+        )
+        self.evaluation_seconds = Histogram(
+            "qosd_evaluation_duration_seconds",
+            "Time to evaluate the policy and plan operations for one snapshot.",
+            buckets=TICK_BUCKETS,
+            registry=r,
+        )
+        self.ticks = Counter("qosd_ticks_total", "Ticks run, by result.", ["result"], registry=r)
+        self.rule_matches = Counter(
+            "qosd_rule_matches_total", "Rules that acted in a tick.", ["rule", "mode"], registry=r
+        )
+        self.actions = Counter(
+            "qosd_actions_total",
+            "Operations executed, by action and result.",
+            ["action", "result"],
+            registry=r,
+        )
+        self.held = Counter(
+            "qosd_held_total", "Intents the planner held back, by rule.", ["rule"], registry=r
+        )
+        self.evictions = Counter(
+            "qosd_evictions_total", "Evictions requested, by rule.", ["rule"], registry=r
+        )
+        self.reloads = Counter(
+            "qosd_config_reloads_total",
+            "Policy reloads, by source and result.",
+            ["source", "result"],
+            registry=r,
+        )
+        self.reload_success = Gauge(
+            "qosd_config_last_reload_success_timestamp_seconds",
+            "When a policy generation was last loaded successfully.",
+            registry=r,
+        )
+        self.config_info = Gauge(
+            "qosd_config_info",
+            "The policy generation in effect (value 1).",
+            ["generation", "hash"],
+            registry=r,
+        )
+        self.last_tick = Gauge(
+            "qosd_last_tick_timestamp_seconds", "When the last tick completed.", registry=r
+        )
+
+
+# ---------------------------------------------------------------- policy generations
+
+
+def rule_files(paths: Sequence[Path]) -> Iterator[Path]:
+    for p in paths:
+        if p.is_dir():
+            yield from sorted(f for f in p.rglob("*") if f.suffix in RULE_SUFFIXES and f.is_file())
+        else:
+            yield p
+
+
+def fingerprint(paths: Sequence[Path]) -> tuple[tuple[str, int, int, int], ...]:
+    """Cheap change detection: a stat per rule file, no read. A missing file is part of the print."""
+    out = []
+    for f in rule_files(paths):
+        try:
+            st = f.stat()
+            out.append((str(f), st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((str(f), -1, -1, -1))
+    return tuple(out)
+
+
+def _node_key(node: NodeInfo) -> tuple[Any, ...]:
+    return (node.name, tuple(sorted(node.labels.items())), node.cpus, node.numa_count, node.memory)
+
+
+@dataclass(frozen=True)
+class ReloadOutcome:
+    result: str  # loaded | unchanged | failed
+    generation: int
+    policy_hash: str | None
+    error: str | None = None
+
+
+class Generations:
+    """The policy generation in effect, and how to replace it without ever dropping the last good one."""
+
+    def __init__(self, config: DaemonConfig, metrics: Metrics):
+        self.config = config
+        self.metrics = metrics
+        self.engine: Engine | None = None
+        self.generation = 0
+        self.last_error: str | None = None
+        self._key: Any = None
+
+    def refresh(self, node: NodeInfo) -> ReloadOutcome | None:
+        """Reload if the rule files or the node changed; None when nothing changed."""
+        node = node.with_labels(self.config.labels) if self.config.labels else node
+        key = (fingerprint(self.config.rules), _node_key(node))
+        if key == self._key:
+            return None
+        self._key = key  # a failing generation is reported once, not re-tried every tick
+        try:
+            policy = build_policy(load_documents(self.config.rules, builtin=self.config.builtin), node)
+        except PolicyError as exc:
+            self.last_error = exc.format()
+            self.metrics.reloads.labels("file", "failure").inc()
+            kept = self.engine.policy.hash[:12] if self.engine else "none"
+            log.error(
+                "policy rejected; keeping the last good generation",
+                extra={"fields": {"generation": self.generation, "kept": kept, "problems": self.last_error}},
+            )
+            return ReloadOutcome(
+                "failed", self.generation, self.engine.policy.hash if self.engine else None, self.last_error
+            )
+        if self.engine is not None and policy.hash == self.engine.policy.hash:
+            self.metrics.reloads.labels("file", "unchanged").inc()
+            self.last_error = None
+            return ReloadOutcome("unchanged", self.generation, policy.hash)
+        engine = Engine(policy, generation=self.generation + 1, backend=self.config.backend)
+        old, self.engine = self.engine, engine
+        self.generation += 1
+        self.last_error = None
+        if old is not None:
+            old.backend.close()
+        self.metrics.reloads.labels("file", "success").inc()
+        self.metrics.reload_success.set(time.time())
+        self.metrics.config_info.clear()
+        self.metrics.config_info.labels(str(self.generation), policy.hash[:12]).set(1)
+        log.info(
+            "policy generation loaded",
+            extra={
+                "fields": {
+                    "generation": self.generation,
+                    "hash": policy.hash[:12],
+                    "rules": len(policy.rules),
+                }
+            },
+        )
+        return ReloadOutcome("loaded", self.generation, policy.hash)
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.backend.close()
+
+
+# ---------------------------------------------------------------- state and audit files
+
+
+def load_state(path: Path | None) -> EngineState:
+    """The state a previous run left, or a fresh one (a damaged file is reported, not fatal)."""
+    if path is None or not path.exists():
+        return EngineState()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return EngineState.from_dict(data.get("state", data))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning(
+            "state file unreadable; starting with empty timers and no eviction records",
+            extra={"fields": {"path": str(path), "error": str(exc)}},
+        )
+        return EngineState()
+
+
+def save_state(path: Path, state: EngineState, generation: int, now: float) -> None:
+    """Atomic replace: a crash leaves either the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    body = json.dumps(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "EngineState",
+            "time": now,
+            "generation": generation,
+            "state": state.to_dict(),
+        }
+    )
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(body)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _unobserved(result: TickResult, snap: Snapshot) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for op in result.plan.operations:
+        if isinstance(op, WriteCgroup) and op.file not in snap.cgroups.get(op.path, {}):
+            out.setdefault(op.path, []).append(op.file)
+    return out
+
+
+def _with_observed(snap: Snapshot, found: Mapping[str, Mapping[str, str]]) -> Snapshot:
+    if not found:
+        return snap
+    cgroups = {path: dict(files) for path, files in snap.cgroups.items()}
+    for path, files in found.items():
+        cgroups.setdefault(path, {}).update(files)
+    return dataclasses.replace(snap, cgroups=cgroups)
+
+
+def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> dict[str, Any] | None:
+    """The tick as an Evaluation document, reduced to its decisions; None for a tick that decided nothing.
+
+    A steady tick re-derives every pooled cpuset as an intent that changes nothing; logging those
+    every second would bury the decisions. Kept: every intent that became an operation or was held,
+    every non-cgroup intent, and the operations with their results."""
+    ev, plan = result.evaluation, result.plan
+    if not (plan.operations or plan.held or ev.skipped or ev.workload_issues):
+        return None
+    doc = {
+        "apiVersion": API_VERSION,
+        "kind": "Evaluation",
+        **result.to_dict(),
+        "state": result.state.to_dict(),
+    }
+    touched = {(getattr(op, "path", None), getattr(op, "file", None)) for op in plan.operations}
+    touched |= {(getattr(h.intent, "path", None), getattr(h.intent, "file", None)) for h in plan.held}
+    doc["intents"] = [
+        i.to_dict()
+        for i in ev.intents
+        if i.kind != "cgroup" or (getattr(i, "path", None), getattr(i, "file", None)) in touched
+    ]
+    doc["results"] = [o.to_dict() for o in outcomes]
+    return doc
+
+
+# ---------------------------------------------------------------- JSON logs
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, message and the record's structured fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            out.update(fields)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str = "info", stream: Any = None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    log.handlers[:] = [handler]
+    log.setLevel(level.upper())
+    log.propagate = False
+
+
+# ---------------------------------------------------------------- the loop
+
+
+class Daemon:
+    """The tick loop. Wiring (which source, which executor) is done by the caller (``engine.cli``)."""
+
+    def __init__(
+        self,
+        config: DaemonConfig,
+        source: NodeSource,
+        executor: Executor,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.config = config
+        self.source = source
+        self.executor = executor
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.generations = Generations(config, self.metrics)
+        self.state = load_state(config.state_file)
+        self.guards = Guards(dry_run=config.dry_run, eviction_burst=config.eviction_burst)
+        self.stop = threading.Event()
+        self.ticks = 0
+        self.last_tick_at: float | None = None
+        self.last_error: str | None = None
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- one tick
+
+    def tick(self) -> TickResult | None:
+        """Collect, (re)load the policy if needed, evaluate, plan, persist state, apply. Never raises."""
+        started = time.perf_counter()
+        try:
+            snap = self.source.collect()
+            outcome = self.generations.refresh(snap.node)
+            engine = self.generations.engine
+            if outcome is not None and outcome.result == "loaded" and engine is not None:
+                self.source.adopt(engine)
+            if engine is None:
+                self.last_error = self.generations.last_error or "no policy loaded"
+                self.metrics.ticks.labels("no_policy").inc()
+                return None
+            t0 = time.perf_counter()
+            result = run_tick(engine, snap, self.state, self.guards)
+            unseen = _unobserved(result, snap)
+            if unseen:
+                # Files the snapshot did not carry (the first tick, a new pod): read them and plan
+                # again, so a restart never re-writes what the kernel already holds.
+                snap = _with_observed(snap, self.source.observe(unseen))
+                result = plan_tick(engine, result.evaluation, snap, self.guards)
+            self.metrics.evaluation_seconds.observe(time.perf_counter() - t0)
+            if self.config.state_file is not None:
+                save_state(self.config.state_file, result.state, engine.generation, snap.time)
+            outcomes = self.executor.apply(result.plan.operations)
+            self.state = result.state
+            self.source.applied(result, outcomes)
+            self._account(result, outcomes, engine)
+            self._audit(result, outcomes)
+            self.metrics.ticks.labels("ok").inc()
+            self.last_error = None
+            return result
+        except Exception as exc:  # the loop must survive anything one tick throws
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.metrics.ticks.labels("error").inc()
+            log.exception("tick failed; the next tick starts fresh from observation")
+            return None
+        finally:
+            self.ticks += 1
+            self.last_tick_at = time.time()
+            self.metrics.last_tick.set(self.last_tick_at)
+            self.metrics.tick_seconds.observe(time.perf_counter() - started)
+
+    def _account(self, result: TickResult, outcomes: Sequence[OperationOutcome], engine: Engine) -> None:
+        modes = {r.name: r.mode for r in engine.policy.rules}
+        for rule in result.evaluation.fired:
+            self.metrics.rule_matches.labels(rule, modes.get(rule, "enforce")).inc()
+        for op, outcome in zip(result.plan.operations, outcomes, strict=False):
+            self.metrics.actions.labels(op.kind, outcome.status).inc()
+            if op.kind == "evictPod" and outcome.status in ("applied", "unchanged"):
+                self.metrics.evictions.labels(str(getattr(op, "rule", ""))).inc()
+            if outcome.status == "failed":
+                log.warning("operation failed", extra={"fields": {**op.to_dict(), "error": outcome.error}})
+        for held in result.plan.held:
+            self.metrics.held.labels(held.intent.provenance.rule).inc()
+
+    def _audit(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
+        if self.config.audit_log is None:
+            return
+        record = audit_record(result, outcomes)
+        if record is None:
+            return
+        with open(self.config.audit_log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, default=str) + "\n")
+
+    # -- the loop
+
+    def run(self) -> int:
+        """Tick every ``interval`` until stopped; exit code 0 on a clean stop, 1 if no policy ever loaded."""
+        self._install_signals()
+        if self.config.listen:
+            self.serve(self.config.listen)
+        log.info(
+            "qosd started",
+            extra={"fields": {"interval": self.config.interval, "dryRun": self.config.dry_run}},
+        )
+        try:
+            next_at = self.clock()
+            while not self.stop.is_set():
+                self.tick()
+                if self.config.once:
+                    break
+                next_at += self.config.interval
+                delay = next_at - self.clock()
+                if delay < 0:  # overran: skip the missed ticks instead of bursting to catch up
+                    next_at = self.clock()
+                    delay = 0
+                self.stop.wait(delay)
+        finally:
+            self.generations.close()
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+            log.info("qosd stopped", extra={"fields": {"ticks": self.ticks}})
+        return 0 if self.generations.engine is not None else 1
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("stop requested; finishing the current tick", extra={"fields": {"signal": signum}})
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+    # -- health and metrics over HTTP
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.last_tick_at is None:
+            return True, "starting"
+        age = time.time() - self.last_tick_at
+        limit = 3 * self.config.interval + 10
+        return (age <= limit, f"last tick {age:.1f}s ago (limit {limit:g}s)")
+
+    def ready(self) -> tuple[bool, str]:
+        if self.generations.engine is None:
+            return False, self.generations.last_error or "no policy generation loaded yet"
+        if self.ticks == 0:
+            return False, "no tick completed yet"
+        return True, f"generation {self.generations.generation}"
+
+    def serve(self, listen: str) -> tuple[str, int]:
+        """Start the HTTP endpoints in a background thread; returns the bound address."""
+        host, _, port = listen.rpartition(":")
+        daemon = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/metrics":
+                    self._send(200, generate_latest(daemon.metrics.registry), CONTENT_TYPE_LATEST)
+                elif self.path in ("/healthz", "/readyz"):
+                    ok, why = daemon.healthy() if self.path == "/healthz" else daemon.ready()
+                    self._send(200 if ok else 503, (("ok: " if ok else "not ok: ") + why + "\n").encode())
+                else:
+                    self._send(404, b"not found; try /metrics, /healthz or /readyz\n")
+
+            def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # scrapes every few seconds would drown the JSON log
+
+        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="qosd-http", daemon=True).start()
+        bound = self._server.server_address
+        return str(bound[0]), int(bound[1])
+
+
+# ---------------------------------------------------------------- start-up wiring (standalone)
+
+
+class CollectorSource:
+    """The node collector as the daemon's NodeSource: it learns each generation's windows and
+    classes, and keeps observing the files the last plan manages (so a steady state writes nothing)."""
+
+    def __init__(self, collector: NodeCollector, adapter: CgroupAdapter | None = None):
+        self.collector = collector
+        self.adapter = adapter  # its shares<->weight translation follows the policy's formula
+        collector.prime()
+
+    def collect(self) -> Snapshot:
+        return self.collector.collect()
+
+    def adopt(self, engine: Engine) -> None:
+        classify = engine.classifier.classify
+        self.collector.use_policy(engine.policy, lambda w: classify(w).class_name)
+        if self.adapter is not None:
+            self.adapter.weight_formula = engine.policy.weight_formula
+
+    def observe(self, wanted: Mapping[str, Sequence[str]]) -> Mapping[str, Mapping[str, str]]:
+        observer = self.collector.observer
+        if observer.translate is not None:
+            return observer.translate(wanted)
+        reader = observer.reader  # the untranslated fallback: names as given
+        out: dict[str, dict[str, str]] = {}
+        for path, files in wanted.items():
+            for file in files:
+                text = reader.read(observer.fs.file(path, file))
+                if text is not None:
+                    out.setdefault(path, {})[file] = text.strip()
+        return out
+
+    def applied(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
+        self.collector.track(
+            (i.path, i.file) for i in result.evaluation.intents if isinstance(i, CgroupIntent)
+        )
+        for o in outcomes:
+            op = getattr(o, "op", None)
+            if o.status == "applied" and isinstance(op, WriteCgroup):
+                self.collector.note_written(op.path, op.file, op.value)
+
+
+def _labels(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--label {pair!r}: write it as key=value")
+        out[key] = value
+    return out
+
+
+def build_standalone(args: argparse.Namespace) -> Daemon:
+    """``qosd run`` without Kubernetes: cgroups under --cgroup-root are the workloads."""
+    interval = parse_duration(args.interval)
+    if interval <= 0:
+        raise UsageError(f"--interval {args.interval}: must be longer than 0")
+    labels = _labels(args.label)
+    if args.profile:
+        labels[PROFILE_LABEL] = args.profile
+    if args.workloads is not None and not args.workloads.is_file():
+        raise UsageError(f"--workloads {args.workloads}: no such file")
+    adapter = CgroupAdapter.detect(args.cgroup_root)
+    collector = standalone_collector(
+        args.cgroup_root,
+        args.workloads,
+        args.root or None,
+        options=CollectorOptions(interval=interval),
+        observe=adapter.observe,
+    )
+    executor: Executor
+    if args.dry_run:
+        executor = RecordingExecutor()
+    else:
+        resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
+        executor = NodeExecutor(
+            cgroup=adapter,
+            resctrl=resctrl,
+            others={kind: _standalone_refusal for kind in KUBE_OPERATIONS},
+        )
+    config = DaemonConfig(
+        rules=tuple(args.rules),
+        builtin=not args.no_builtin,
+        labels=labels,
+        interval=interval,
+        once=args.once,
+        dry_run=args.dry_run,
+        eviction_burst=args.eviction_burst,
+        backend=args.backend,
+        state_file=_state_file(args.state_file),
+        audit_log=args.audit_log,
+        listen=args.listen or None,
+    )
+    return Daemon(config, CollectorSource(collector, adapter), executor)
+
+
+KUBE_OPERATIONS = ("evictPod", "setNodeTaint", "setNodeCondition", "emitEvent", "publishNodeResource")
+
+
+def _standalone_refusal(op: Operation) -> OperationResult:
+    return OperationResult(op, "skipped", "standalone mode: no Kubernetes API on this node")
+
+
+def _state_file(path: Path | None) -> Path | None:
+    if path is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    daemon = build_standalone(args)
+    return daemon.run()
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``run`` on the ``qosd`` subcommand parser."""
+    r = sub.add_parser(
+        "run",
+        help="run the node daemon: observe, evaluate and enforce every tick",
+        description=(
+            "The node daemon. Standalone mode (this version): the cgroups under --cgroup-root that the "
+            "workloads file (or the default name mapping, docs/standalone.md) selects are the workloads."
+        ),
+    )
+    r.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="rule file or directory (repeatable); re-read when it changes",
+    )
+    r.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
+    r.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL})")
+    r.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra node label (repeatable): selects policies by nodeSelector",
+    )
+    r.add_argument("--interval", default="1s", help="tick period (default 1s)")
+    r.add_argument("--once", action="store_true", help="run one tick and exit")
+    r.add_argument("--dry-run", action="store_true", help="decide and log, change nothing")
+    r.add_argument("--eviction-burst", type=int, default=3, help="evictions per tick across all rules")
+    r.add_argument("--backend", choices=("python", "durable"), default="python")
+    r.add_argument("--cgroup-root", type=Path, default=Path("/sys/fs/cgroup"))
+    r.add_argument("--resctrl-root", type=Path, default=Path("/sys/fs/resctrl"))
+    r.add_argument("--workloads", type=Path, help="standalone workloads file (schemas/workloads.schema.json)")
+    r.add_argument(
+        "--root",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="cgroup pattern whose matches are workloads (repeatable; default qosd*/*)",
+    )
+    r.add_argument("--state-file", type=Path, help="engine state, written before each tick's operations")
+    r.add_argument("--audit-log", type=Path, help="append one Evaluation per deciding tick (JSON Lines)")
+    r.add_argument("--listen", default=":9464", help="host:port of /metrics, /healthz, /readyz ('' = off)")
+    r.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    r.set_defaults(func=cmd_run)

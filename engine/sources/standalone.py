@@ -1,0 +1,363 @@
+"""Standalone mode: workloads are cgroups under configured roots, classified by a small workloads file.
+
+Without Kubernetes there are no pods, so each cgroup a root pattern matches is one workload (with one
+container, "main", in the same cgroup). The first entry of the workloads file (format:
+schemas/workloads.schema.json, documented in docs/standalone.md) whose path matches gives it a name,
+labels and annotations, priority, requests and limits. Classification is then the policy's own: the
+entry's labels and annotations meet the same class matchers a pod's would, so the bundled policies
+work unchanged. A cgroup no entry matches gets the default mapping by name, which makes the bundled
+default policy useful on a plain Linux host with no file at all:
+
+- ``be``, ``be-*``, ``be_*``, ``*-be``, ``batch*``, ``*-batch``, ``offline*``, ``*-offline``,
+  ``reclaim*``, ``besteffort*``, ``best-effort*`` -> reclaimed_cores / BE;
+- ``system*``, ``*-system`` -> system_cores / SYSTEM;
+- anything else -> shared_cores / LS.
+
+Identity: a workload's uid is its cgroup path, its namespace the parent path and its name the last
+component, so ``namespace/name`` (the key rules, timers and evictions use) is the cgroup path. The
+Workload object of a cgroup is built once and handed back unchanged while the cgroup exists, so
+classification and pod facts stay cached across ticks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from engine.config.errors import Location, PolicyError, Problem
+from engine.config.load import read_file
+from engine.config.schema_check import inline_refs, validation_problems
+from engine.model.facts import Container, Workload
+from engine.model.units import parse_quantity
+from engine.resources import data_dir
+from engine.sources.cgroupfs import CgroupFS
+from engine.sources.collector import CollectorOptions, NodeCollector
+
+API_VERSION = "qosd.io/v1alpha1"
+KIND = "StandaloneWorkloads"
+DEFAULT_ROOTS = ("qosd*/*",)
+KATALYST_QOS = "katalyst.kubewharf.io/qos_level"
+KOORDINATOR_QOS = "koordinator.sh/qosClass"
+
+# qos shorthand -> (Katalyst qos_level, Koordinator QoS class)
+QOS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "dedicated_cores": ("dedicated_cores", "LSE"),
+        "LSE": ("dedicated_cores", "LSE"),
+        "shared_cores": ("shared_cores", "LS"),
+        "LS": ("shared_cores", "LS"),
+        "LSR": ("shared_cores", "LSR"),
+        "reclaimed_cores": ("reclaimed_cores", "BE"),
+        "BE": ("reclaimed_cores", "BE"),
+        "system_cores": ("system_cores", "SYSTEM"),
+        "SYSTEM": ("system_cores", "SYSTEM"),
+    }
+)
+DEFAULT_NAMES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        (
+            "be",
+            "be-*",
+            "be_*",
+            "*-be",
+            "batch*",
+            "*-batch",
+            "offline*",
+            "*-offline",
+            "reclaim*",
+            "besteffort*",
+            "best-effort*",
+        ),
+        "BE",
+    ),
+    (("system*", "*-system"), "SYSTEM"),
+)
+
+
+def default_qos(name: str) -> str:
+    """The default mapping: the Koordinator class a cgroup's last path component suggests."""
+    lowered = name.lower()
+    for patterns, qos in DEFAULT_NAMES:
+        if any(fnmatchcase(lowered, p) for p in patterns):
+            return qos
+    return "LS"
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ``workloads`` entry of the file (see schemas/workloads.schema.json)."""
+
+    path: str
+    name: str = "{base}"
+    namespace: str | None = None
+    qos: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    priority: int | None = None
+    priority_class_name: str = ""
+    requests: Mapping[str, float] = field(default_factory=dict)
+    limits: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StandaloneConfig:
+    roots: tuple[str, ...] = ()
+    entries: tuple[Entry, ...] = ()
+    default_mapping: bool = True
+    namespace: str | None = None
+    node_name: str | None = None
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    source: str = "<built-in defaults>"
+
+    @property
+    def effective_roots(self) -> tuple[str, ...]:
+        if self.roots:
+            return self.roots
+        return tuple(e.path for e in self.entries) or DEFAULT_ROOTS
+
+
+@cache
+def workloads_validator() -> Draft202012Validator:
+    with (data_dir("schemas") / "workloads.schema.json").open(encoding="utf-8") as fh:
+        schema: dict[str, Any] = json.load(fh)
+    return Draft202012Validator(inline_refs(schema))
+
+
+def load_workloads(path: Path) -> StandaloneConfig:
+    """The workloads file at ``path``: one YAML/JSON mapping, schema-checked with located errors."""
+    docs = read_file(path)
+    if len(docs) != 1 or not isinstance(docs[0].data, dict):
+        raise PolicyError(
+            [
+                Problem(
+                    Location(str(path), 1, 1),
+                    f"a workloads file holds exactly one YAML or JSON mapping (kind: {KIND})",
+                )
+            ]
+        )
+    doc = docs[0]
+    problems = validation_problems(workloads_validator(), doc.data, doc.locate)
+    if problems:
+        raise PolicyError(problems)
+    return config_from_dict(doc.data, str(path))
+
+
+def _resources(raw: Mapping[str, Any] | None) -> Mapping[str, float]:
+    return MappingProxyType({str(k): parse_quantity(v) for k, v in (raw or {}).items()})
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> StandaloneConfig:
+    """A config from a schema-valid workloads document."""
+    node = data.get("node") or {}
+    return StandaloneConfig(
+        roots=tuple(str(r) for r in data.get("roots") or ()),
+        entries=tuple(
+            Entry(
+                path=str(e["path"]),
+                name=str(e.get("name", "{base}")),
+                namespace=e.get("namespace"),
+                qos=e.get("qos"),
+                labels=MappingProxyType(dict(e.get("labels") or {})),
+                annotations=MappingProxyType(dict(e.get("annotations") or {})),
+                priority=e.get("priority"),
+                priority_class_name=str(e.get("priorityClassName", "")),
+                requests=_resources(e.get("requests")),
+                limits=_resources(e.get("limits")),
+            )
+            for e in data.get("workloads") or ()
+        ),
+        default_mapping=bool(data.get("defaultMapping", True)),
+        namespace=data.get("namespace"),
+        node_name=node.get("name"),
+        node_labels=MappingProxyType(dict(node.get("labels") or {})),
+        source=source,
+    )
+
+
+# ------------------------------------------------------------------------------------------ paths
+
+
+def relative_pattern(fs: CgroupFS, pattern: str) -> str:
+    """A root or entry pattern as a cgroup path relative to the root; ValueError when it escapes it.
+
+    Absolute patterns may name the controller directory on v1 (/sys/fs/cgroup/cpu/qosd-demo/*)."""
+    text = pattern.strip()
+    if any(part == ".." for part in text.split("/")):
+        raise ValueError(f"cgroup pattern {pattern!r} contains '..'; name cgroups below the cgroup root")
+    if not text.startswith("/"):
+        return text.strip("/")
+    text = text.rstrip("/")
+    bases = [fs.root] if fs.version == 2 else sorted(fs.mounts.values(), key=len, reverse=True)
+    for base in bases:
+        if text.startswith(base + "/"):
+            return text[len(base) + 1 :]
+    if fs.version == 1 and text.startswith(fs.root + "/"):
+        rest = text[len(fs.root) + 1 :]
+        head, _, tail = rest.partition("/")
+        if head in {os.path.basename(m) for m in fs.mounts.values()} or "," in head:
+            return tail
+        return rest
+    raise ValueError(f"cgroup pattern {pattern!r} is outside the cgroup root {fs.root}")
+
+
+def _matches(pattern: Sequence[str], parts: Sequence[str]) -> bool:
+    return len(pattern) == len(parts) and all(fnmatchcase(p, g) for p, g in zip(parts, pattern, strict=True))
+
+
+def discover(base: str, patterns: Sequence[Sequence[str]]) -> list[str]:
+    """Cgroup paths below ``base`` that match any pattern (per component; symlinks are not followed)."""
+    found: set[str] = set()
+    for pattern in patterns:
+        level = [""]
+        for glob in pattern:
+            nxt: list[str] = []
+            for rel in level:
+                directory = f"{base}/{rel}" if rel else base
+                if not any(ch in glob for ch in "*?["):
+                    if os.path.isdir(f"{directory}/{glob}") and not os.path.islink(f"{directory}/{glob}"):
+                        nxt.append(f"{rel}/{glob}" if rel else glob)
+                    continue
+                try:
+                    with os.scandir(directory) as it:
+                        for entry in it:
+                            if entry.is_dir(follow_symlinks=False) and fnmatchcase(entry.name, glob):
+                                nxt.append(f"{rel}/{entry.name}" if rel else entry.name)
+                except OSError:
+                    continue
+            level = nxt
+        found.update(p for p in level if p)
+    return sorted(found)
+
+
+def kube_qos(requests: Mapping[str, float], limits: Mapping[str, float]) -> str:
+    """The kubelet's QoS class from one container's requests and limits."""
+    guaranteed = limits.get("cpu") and limits.get("memory")
+    if guaranteed and all(requests.get(r, limits[r]) == limits[r] for r in ("cpu", "memory")):
+        return "Guaranteed"
+    if any(v > 0 for v in requests.values()) or any(v > 0 for v in limits.values()):
+        return "Burstable"
+    return "BestEffort"
+
+
+# ------------------------------------------------------------------------------------------ source
+
+
+class StandaloneSource:
+    """Workloads from cgroup paths; rescanned every tick, objects reused while a cgroup exists."""
+
+    def __init__(self, fs: CgroupFS, config: StandaloneConfig = StandaloneConfig()) -> None:
+        self.fs = fs
+        self.config = config
+        self.roots = tuple(tuple(relative_pattern(fs, r).split("/")) for r in config.effective_roots)
+        self.entries = tuple((tuple(relative_pattern(fs, e.path).split("/")), e) for e in config.entries)
+        # Discovery walks the hierarchy qosd manages CPU in: cpu on v1 (cpuacct or memory as fallbacks).
+        if fs.version == 2:
+            self.base = fs.root
+        else:
+            ctl = next((c for c in ("cpu", "cpuacct", "memory") if c in fs.mounts), "cpu")
+            self.base = fs.dir("", ctl)
+        self._known: dict[str, Workload] = {}
+        self._last: tuple[Workload, ...] = ()
+
+    def workloads(self) -> tuple[Workload, ...]:
+        paths = discover(self.base, self.roots)
+        known = self._known
+        if len(paths) == len(self._last) and all(p in known for p in paths):
+            return self._last  # the steady state: same cgroups, same tuple
+        fresh: dict[str, Workload] = {}
+        for rel in paths:
+            w = known.get(rel)
+            fresh[rel] = w if w is not None else self.build(rel)
+        self._known = fresh
+        self._last = tuple(fresh.values())
+        return self._last
+
+    def entry_for(self, rel: str) -> Entry | None:
+        parts = rel.split("/")
+        return next((e for pattern, e in self.entries if _matches(pattern, parts)), None)
+
+    def build(self, rel: str) -> Workload:
+        entry = self.entry_for(rel)
+        parent, _, base = rel.rpartition("/")
+        qos = entry.qos if entry is not None else None
+        if qos is None and entry is None and self.config.default_mapping:
+            qos = default_qos(base)
+        annotations: dict[str, str] = {}
+        labels: dict[str, str] = {}
+        if qos is not None:
+            annotations[KATALYST_QOS], labels[KOORDINATOR_QOS] = QOS[qos]
+        requests: Mapping[str, float] = {}
+        limits: Mapping[str, float] = {}
+        name = base
+        namespace = self.config.namespace or parent
+        priority: int | None = None
+        priority_class = ""
+        if entry is not None:
+            labels.update(entry.labels)
+            annotations.update(entry.annotations)
+            requests, limits = entry.requests, entry.limits
+            name = entry.name.replace("{base}", base)
+            namespace = entry.namespace if entry.namespace is not None else namespace
+            priority, priority_class = entry.priority, entry.priority_class_name
+        return Workload(
+            uid=rel,
+            name=name,
+            namespace=namespace,
+            labels=MappingProxyType(labels),
+            annotations=MappingProxyType(annotations),
+            priority=priority,
+            priority_class_name=priority_class,
+            kube_qos=kube_qos(requests, limits),
+            phase="Running",
+            cgroup_path=rel,
+            containers=(Container("main", requests=requests, limits=limits, cgroup_path=rel),),
+        )
+
+
+def standalone_collector(
+    cgroup_root: Path = Path("/sys/fs/cgroup"),
+    workloads_file: Path | None = None,
+    roots: Sequence[str] | None = None,
+    *,
+    procfs: Path = Path("/proc"),
+    sysfs: Path = Path("/sys"),
+    node_name: str | None = None,
+    node_labels: Mapping[str, str] | None = None,
+    options: CollectorOptions | None = None,
+    observe: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
+) -> NodeCollector:
+    """The node collector of ``qosd run`` without Kubernetes (``roots`` overrides the file's)."""
+    config = load_workloads(workloads_file) if workloads_file is not None else StandaloneConfig()
+    if roots:
+        config = StandaloneConfig(
+            tuple(roots),
+            config.entries,
+            config.default_mapping,
+            config.namespace,
+            config.node_name,
+            config.node_labels,
+            config.source,
+        )
+    fs = CgroupFS.detect(cgroup_root)
+    return NodeCollector(
+        StandaloneSource(fs, config),
+        fs,
+        procfs=procfs,
+        sysfs=sysfs,
+        node_name=node_name or config.node_name,
+        node_labels={**config.node_labels, **(node_labels or {})},
+        options=options or CollectorOptions(),
+        observe=observe,
+    )

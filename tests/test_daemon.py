@@ -1,0 +1,240 @@
+"""``qosd run`` in standalone mode against the real cgroup v1 hierarchy of this machine.
+
+Each test builds the daemon exactly as ``qosd run`` does (``build_standalone`` on parsed arguments)
+over a fresh cgroup subtree (tests/realcgroup.py) whose children are the workloads: ``web`` (shared
+by the default name mapping) and ``batch`` (reclaimed). Values are checked as the kernel shows them.
+Faults are real too: a real SIGTERM during a tick, a real ``kill -9`` of a real ``qosd run`` process,
+a half-written rule file on disk. Skipped, with the reason, when not root or cgroup v1 is not writable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.adapters.cgroup import CgroupAdapter
+from engine.cli import build_parser
+from engine.cli import main as cli_main
+from engine.daemon import Daemon, build_standalone
+from engine.model.operations import Operation
+from tests.realcgroup import Subtree, real_subtree
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def tree() -> Iterator[Subtree]:
+    with real_subtree(children=("web", "batch"), sleeper="batch") as t:
+        t.spawn("web", ["sleep", "300"])
+        yield t
+
+
+def daemon(tree: Subtree, tmp_path: Path, *extra: str) -> Daemon:
+    args = build_parser().parse_args(
+        [
+            "run",
+            "--root",
+            f"{tree.name}/*",
+            "--listen",
+            "",
+            "--state-file",
+            str(tmp_path / "state.json"),
+            "--audit-log",
+            str(tmp_path / "audit.jsonl"),
+            *extra,
+        ]
+    )
+    return build_standalone(args)
+
+
+def assert_batch_deprioritized(tree: Subtree) -> None:
+    """reclaimed_cores: SCHED_IDLE where the kernel has cpu.idle (it then pins the group's weight to
+    its idle weight, read back as 3 shares, so qosd writes no shares), else cpu.shares 2."""
+    if (tree.dir("cpu", "batch") / "cpu.idle").exists():
+        assert tree.read("cpu", "batch", "cpu.idle") == "1"
+        assert tree.read("cpu", "batch", "cpu.shares") == "3"
+    else:
+        assert tree.read("cpu", "batch", "cpu.shares") == "2"
+
+
+def adapter_of(d: Daemon) -> CgroupAdapter:
+    cgroup = getattr(d.executor, "cgroup", None)
+    assert isinstance(cgroup, CgroupAdapter)
+    return cgroup
+
+
+def test_one_tick_enforces_the_bundled_policy_and_a_steady_state_writes_nothing(
+    tree: Subtree, tmp_path: Path
+) -> None:
+    """Katalyst reclaimed_cores on the batch cgroup (cpu.idle, or cpu.shares 2); shared work keeps the
+    kernel's default weight. Then the plan is already true and the next tick writes nothing."""
+    d = daemon(tree, tmp_path)
+    first = d.tick()
+    assert first is not None, d.last_error
+    assert_batch_deprioritized(tree)
+    assert tree.read("cpu", "web", "cpu.shares") == "1024"
+    writes = adapter_of(d).writes
+    assert writes > 0
+    second = d.tick()
+    assert second is not None
+    assert [op for op in second.plan.operations if op.kind == "writeCgroup"] == []
+    assert adapter_of(d).writes == writes
+
+
+def overlay(path: Path, shares: int) -> None:
+    path.write_text(
+        "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: batch-shares}\n"
+        f"spec:\n  priority: 10\n  classes:\n    - name: reclaimed_cores\n      cpu: {{idle: false, shares: {shares}}}\n"
+    )
+
+
+def test_rule_files_reload_and_a_half_written_file_keeps_the_last_good_generation(
+    tree: Subtree, tmp_path: Path
+) -> None:
+    rules = tmp_path / "rules.yaml"
+    overlay(rules, 4)
+    d = daemon(tree, tmp_path, "--rules", str(rules))
+    assert d.tick() is not None
+    assert (d.generations.generation, tree.read("cpu", "batch", "cpu.shares")) == (1, "4")
+
+    # An editor crashed mid-save: the file ends inside a mapping.
+    text = rules.read_text()
+    rules.write_text(text[: text.index("cpu:") + 6])
+    assert d.tick() is not None  # the tick still runs, on generation 1
+    assert d.generations.generation == 1
+    assert d.generations.last_error is not None and "rules.yaml" in d.generations.last_error
+    assert tree.read("cpu", "batch", "cpu.shares") == "4"
+    assert d.ready()[0]
+
+    overlay(rules, 8)
+    os.utime(rules, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # mtime granularity
+    assert d.tick() is not None
+    assert (d.generations.generation, tree.read("cpu", "batch", "cpu.shares")) == (2, "8")
+    failures = d.metrics.registry.get_sample_value(
+        "qosd_config_reloads_total", {"source": "file", "result": "failure"}
+    )
+    assert failures == 1.0
+
+
+class SignalDuringApply:
+    """The real executor, with a real SIGTERM delivered to this process after its first operation."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.sent = False
+        self.results: list[Any] = []
+
+    def apply(self, operations: Sequence[Operation]) -> list[Any]:
+        out = []
+        for op in operations:
+            out.extend(self.inner.apply([op]))
+            if not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
+        self.results = out
+        return out
+
+
+def test_sigterm_mid_tick_finishes_the_whole_plan_then_stops(tree: Subtree, tmp_path: Path) -> None:
+    d = daemon(tree, tmp_path, "--interval", "50ms")
+    wrapped = SignalDuringApply(d.executor)
+    d.executor = wrapped
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = d.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 0
+    assert wrapped.sent and d.ticks == 1
+    writes = [r for r in wrapped.results if r.op.kind == "writeCgroup"]
+    assert len(wrapped.results) > 1 and writes and all(r.status in ("applied", "unchanged") for r in writes)
+    # Kubernetes operations have no adapter in standalone mode and say so.
+    assert all(r.status == "skipped" for r in wrapped.results if r.op.kind == "publishNodeResource")
+    assert_batch_deprioritized(tree)  # the plan's last writes landed too
+    saved = json.loads((tmp_path / "state.json").read_text())
+    assert saved["kind"] == "EngineState" and saved["generation"] == 1
+
+
+def run_qosd(tree: Subtree, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "engine.cli", "run", "--root", f"{tree.name}/*", "--listen", ""]
+    argv += ["--state-file", str(tmp_path / "state.json"), *extra]
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_kill_9_during_ticks_then_restart_converges_without_repeating_a_write(
+    tree: Subtree, tmp_path: Path
+) -> None:
+    """A real `qosd run` is killed with SIGKILL at several points of its tick loop; each restart
+    resumes from the written-ahead state and the kernel. The final state is the plan's, and the run
+    after convergence plans nothing: no write is ever repeated."""
+    for delay in (0.05, 0.4, 0.9):
+        proc = run_qosd(tree, tmp_path, "--interval", "20ms")
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+    audit = tmp_path / "audit.jsonl"
+    for _ in range(2):
+        done = run_qosd(tree, tmp_path, "--once", "--audit-log", str(audit))
+        _, err = done.communicate(timeout=60)
+        assert done.returncode == 0, err
+    assert_batch_deprioritized(tree)
+    records = [json.loads(line) for line in audit.read_text().splitlines()] if audit.exists() else []
+    writes = [op for r in records for op in r["operations"] if op["kind"] == "writeCgroup"]
+    results = [res for r in records for res in r["results"]]
+    # A write planned after a restart is only ever one the kernel did not hold yet.
+    assert all(res["status"] != "unchanged" for res in results), results
+    assert len(writes) == len({(w["path"], w["file"], w["value"]) for w in writes})
+    if records:
+        assert not records[-1]["operations"] or len(records) == 1
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_metrics_health_and_readiness_over_http(tree: Subtree, tmp_path: Path) -> None:
+    d = daemon(tree, tmp_path)
+    host, port = d.serve("127.0.0.1:0")
+    base = f"http://{host}:{port}"
+    try:
+        assert get(base + "/readyz")[0] == 503
+        assert get(base + "/healthz")[0] == 200
+        assert d.tick() is not None
+        code, text = get(base + "/readyz")
+        assert code == 200 and "generation 1" in text
+        code, text = get(base + "/metrics")
+        assert code == 200
+        assert "qosd_tick_duration_seconds_bucket" in text
+        assert 'qosd_config_info{generation="1"' in text
+        assert 'qosd_actions_total{action="writeCgroup",result="applied"}' in text
+        assert get(base + "/nope")[0] == 404
+    finally:
+        assert d._server is not None
+        d._server.shutdown()
+        d._server.server_close()
+
+
+def test_the_audit_log_is_read_by_qosd_explain(
+    tree: Subtree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = daemon(tree, tmp_path)
+    assert d.tick() is not None
+    capsys.readouterr()
+    assert cli_main(["explain", str(tmp_path / "audit.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Tick at ") and "generation 1" in out and "operation(s)" in out
