@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine import __version__, daemon, explain, ruletest, simulate
+from engine import __version__, daemon, demo, explain, ruletest, simulate
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
@@ -242,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_parser(sub)
     simulate.add_parser(sub)
     daemon.add_parser(sub)
+    demo.add_parser(sub)
 
     c = sub.add_parser("crd", help="print the QoSPolicy CustomResourceDefinition")
     c.add_argument("--output", choices=("yaml", "json"), default="yaml")

@@ -13,6 +13,8 @@ Scenarios, in one run so their ratios share the machine's state:
                               standalone mode (no workloads file: the default name mapping makes
                               ``qosd-bench/batch`` reclaimed_cores and ``qosd-bench/online`` shared_cores)
 
+The workloads and the cgroup scaffolding are ``engine.demo``'s (``qosd demo`` runs a short version).
+
 Reported: the probe's p99 against running alone (target <= 1.10x managed), and the batch job's
 throughput against what it could get from the CPU the probe leaves idle, i.e. its solo rate scaled
 by (CPUs - probe cores) / CPUs (target >= 70% managed).
@@ -21,90 +23,19 @@ by (CPUs - probe cores) / CPUs (target >= 70% managed).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.colocation.cgroups import BenchCgroups
+from engine.demo import DemoCgroups, Load, Run, run
 
 ROOT = Path(__file__).resolve().parents[2]
-GROUPS = ("online", "batch")
 
 
-@dataclass
-class Scenario:
-    name: str
-    probe: dict[str, Any] | None = None
-    batch: dict[str, Any] | None = None
-    qosd: str = ""
-
-
-def _json(proc: subprocess.Popen[str], what: str) -> dict[str, Any]:
-    out, _ = proc.communicate(timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} exited with {proc.returncode}")
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return result
-
-
-def run_scenario(cg: BenchCgroups, name: str, probe: bool, batch: bool, managed: bool, args: Any) -> Scenario:
-    cg.reset(GROUPS)
-    qosd = None
-    sc = Scenario(name)
-    if managed:
-        qosd = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "engine.cli",
-                "run",
-                "--interval",
-                "1s",
-                "--listen",
-                "",
-                "--audit-log",
-                str(args.audit),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        time.sleep(2.5)  # its first ticks: the batch cgroup is deprioritized before the work starts
-    py = sys.executable
-    common = ["--duration", str(args.duration), "--warmup", "1"]
-    procs = {}
-    if batch:
-        procs["batch"] = cg.popen("batch", [py, "-m", "bench.colocation.batch", *common])
-    if probe:
-        procs["probe"] = cg.popen(
-            "online",
-            [py, "-m", "bench.colocation.probe", *common, "--rate", str(args.rate), "--work", str(args.work)],
-        )
-    try:
-        if "probe" in procs:
-            sc.probe = _json(procs["probe"], "probe")
-        if "batch" in procs:
-            sc.batch = _json(procs["batch"], "batch")
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-        if qosd is not None:
-            qosd.terminate()
-            _, err = qosd.communicate(timeout=30)
-            sc.qosd = err
-    return sc
-
-
-def report(scenarios: dict[str, Scenario], cpus: int) -> dict[str, Any]:
+def report(scenarios: dict[str, Run], cpus: int) -> dict[str, Any]:
     alone = scenarios["probe alone"].probe
     solo = scenarios["batch alone"].batch
     assert alone is not None and solo is not None
@@ -177,16 +108,16 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--work", type=int, default=5000)
     parser.add_argument("--write", action="store_true", help="record the result in bench/RESULTS.md")
-    parser.add_argument("--audit", type=Path, default=Path("/tmp/qosd-colocation-audit.jsonl"))
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit(
             "the colocation benchmark needs root (it creates cgroups); try `qosd demo` for a simulated node"
         )
-    cg = BenchCgroups()
+    cg = DemoCgroups("qosd-bench")
     cg.remove()
-    cg.create(GROUPS)
-    scenarios: dict[str, Scenario] = {}
+    cg.create()
+    load = Load(duration=args.duration, rate=args.rate, work=args.work)
+    scenarios: dict[str, Run] = {}
     try:
         for name, probe, batch, managed in (
             ("probe alone", True, False, False),
@@ -195,7 +126,7 @@ def main() -> None:
             ("colocated, qosd", True, True, True),
         ):
             print(f"running: {name} ...", file=sys.stderr, flush=True)
-            scenarios[name] = run_scenario(cg, name, probe, batch, managed, args)
+            scenarios[name] = run(cg, name, load, with_probe=probe, with_batch=batch, managed=managed)
     finally:
         cg.remove()
     result = report(scenarios, os.cpu_count() or 1)
