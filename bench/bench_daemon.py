@@ -1,0 +1,144 @@
+"""The daemon's own footprint: RSS and CPU of a real ``qosd run`` managing N real cgroups.
+
+Run as root on a machine with a writable cgroup v1 hierarchy:
+
+    python -m bench.bench_daemon [--workloads 500] [--seconds 60] [--write]
+
+It creates N empty workload cgroups under ``qosd-bench-daemon/`` (cpu, cpuacct, cpuset, memory),
+half named ``batch-*`` (reclaimed by the default name mapping) and half ``svc-*`` (shared), starts
+``qosd run`` in standalone mode with the bundled default policy at a 1 s tick, lets it settle for a
+warm-up, then measures its CPU time (utime + stime from /proc/<pid>/stat) and peak/final RSS over the
+measured window. Targets (DESIGN.md): RSS <= 80 MB and <= 1% of a core at a 1 s tick with 500 containers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from engine.demo import CONTROLLERS
+
+ROOT = Path(__file__).resolve().parents[1]
+CG = Path("/sys/fs/cgroup")
+NAME = "qosd-bench-daemon"
+HEAD = "## Daemon footprint (issue 5)"
+
+
+def make(n: int) -> list[str]:
+    names = [f"{'batch' if i % 2 else 'svc'}-{i:04d}" for i in range(n)]
+    for ctrl in CONTROLLERS:
+        base = CG / ctrl / NAME
+        base.mkdir(exist_ok=True)
+        if ctrl == "cpuset":
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                (base / f).write_text((CG / ctrl / f).read_text().strip())
+        for name in names:
+            d = base / name
+            d.mkdir(exist_ok=True)
+            if ctrl == "cpuset":
+                for f in ("cpuset.cpus", "cpuset.mems"):
+                    (d / f).write_text((base / f).read_text().strip())
+    return names
+
+
+def remove() -> None:
+    for ctrl in CONTROLLERS:
+        base = CG / ctrl / NAME
+        if base.exists():
+            for d in sorted((p for p in base.iterdir() if p.is_dir()), reverse=True):
+                d.rmdir()
+            base.rmdir()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+    )
+    return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workloads", type=int, default=500)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--warmup", type=float, default=10.0)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root: it creates cgroups")
+    remove()
+    make(args.workloads)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "run",
+            "--root",
+            f"{NAME}/*",
+            "--listen",
+            "",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+    )
+    try:
+        time.sleep(args.warmup)
+        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(args.seconds)
+        c1, t1 = cpu_seconds(proc.pid), time.monotonic()
+        rss, peak = rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        remove()
+    core = (c1 - c0) / (t1 - t0)
+    section = "\n".join(
+        [
+            HEAD,
+            "",
+            f"Command: `python -m bench.bench_daemon --workloads {args.workloads} "
+            f"--seconds {args.seconds:g}` (root)",
+            "",
+            f"Machine: {os.cpu_count()} CPUs, kernel {platform.release()}, "
+            f"CPython {platform.python_version()}. "
+            f"Date {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. `qosd run`, standalone, bundled default policy, "
+            f"1 s tick, {args.workloads} workload cgroups (one container each), {args.warmup:g} s warm-up.",
+            "",
+            "| measure | value | target |",
+            "|---|---:|---:|",
+            f"| CPU, share of one core | {core:.2%} | <= 1% |",
+            f"| RSS at the end | {rss:.1f} MB | <= 80 MB |",
+            f"| peak RSS (VmHWM) | {peak:.1f} MB | |",
+            "",
+        ]
+    )
+    print(section)
+    if args.write:
+        path = ROOT / "bench/RESULTS.md"
+        text = path.read_text()
+        if HEAD in text:
+            before, _, rest = text.partition(HEAD)
+            nxt = rest.find("\n## ")
+            text = before + section + (rest[nxt + 1 :] if nxt >= 0 else "")
+        else:
+            text = text.rstrip() + "\n\n" + section
+        path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
