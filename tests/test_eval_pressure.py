@@ -621,6 +621,10 @@ def test_be_real_limit_from_cpuset_and_quota(facts: dict[str, float], limit: int
             "trigger suppressionTolerance evicts in its anchor's own order",
         ),
         (
+            "rules:\n  - {name: r, when: {node.memory.usage_percent: {gte: 9}}, then: {evict: {trigger: {suppressionTolerance: {}}}}}",
+            "trigger suppressionTolerance keeps per-pod timers every tick",
+        ),
+        (
             "rules:\n  - {name: r, then: {evict: {victims: {classes: [a]}, trigger: {beSatisfaction: {lowerPercent: 70, upperPercent: 80}}}}}",
             "satisfaction lower percent 70 must be in (0,60]",
         ),

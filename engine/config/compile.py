@@ -771,7 +771,7 @@ def _check_action(
 ) -> None:
     p = (*path, kind)
     if kind == "evict":
-        _check_trigger(c, p, params)
+        _check_trigger(c, p, params, when)
         victims = params.get("victims") or {}
         for field_name in ("classes", "excludeClasses"):
             for j, name in enumerate(victims.get(field_name) or []):
@@ -849,9 +849,16 @@ def _check_action(
             )
 
 
-def _check_trigger(c: _Checker, p: JsonPath, params: dict[str, Any]) -> None:
+def _check_trigger(c: _Checker, p: JsonPath, params: dict[str, Any], when: Condition | None) -> None:
     """Semantic checks of evict.trigger that the schema cannot express."""
     trigger = params.get("trigger") or {}
+    if "suppressionTolerance" in trigger and when is not None:
+        c.add(
+            (*p, "trigger", "suppressionTolerance"),
+            "trigger suppressionTolerance keeps per-pod timers every tick; a `when` would pause them "
+            "while it does not hold, and stale timers would evict at once when it holds again",
+            "remove the rule's `when`: the trigger itself decides (Katalyst runs the check every round)",
+        )
     if ("suppressionTolerance" in trigger or "reclaimedOvercommit" in trigger) and "orderBy" in params:
         kind = next(iter(trigger))
         c.add(

@@ -130,6 +130,7 @@ class Engine:
             for r in policy.rules
         }
         self._static: dict[int, Any] = {}
+        self._memo: dict[Any, Any] = {}  # cross-tick results actions reuse while workloads are unchanged
         self.pool_step = PoolStep(policy, self.classifier, generation)
         self.pressure_step = PressureStep(policy, self.classifier)
         self.resctrl_step = ResctrlStep(policy, self.classifier, generation)
@@ -137,7 +138,7 @@ class Engine:
         self.knob_cache: dict[str, dict[str, KnobFn]] = {}  # setCgroup knobs, compiled once per rule
 
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
-        views = FactViews(snap, self.classifier, self._static)
+        views = FactViews(snap, self.classifier, self._static, self._memo)
         now = snap.time
         live = snap.by_uid
         t = Tick(

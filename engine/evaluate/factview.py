@@ -9,6 +9,7 @@ workload object, so a steady state derives nothing.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -90,15 +91,27 @@ class ScopeItems:
 class FactViews:
     """Everything conditions and strategies read in one tick, built once per snapshot."""
 
-    def __init__(self, snapshot: Snapshot, classifier: Classifier, static_cache: dict[int, Any]):
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        classifier: Classifier,
+        static_cache: dict[int, Any],
+        generation_memo: dict[Any, Any] | None = None,
+    ):
         self.snapshot = snapshot
         self.classifier = classifier
         self._static = static_cache
+        # Results kept across the ticks of one policy generation, valid while the snapshot hands
+        # over the same workload objects (see ``by_class``).
+        self.generation_memo: dict[Any, Any] = {} if generation_memo is None else generation_memo
         self.node: dict[str, Any] = self._node()
         self._numa: dict[int, ItemFacts] | None = None
         self._pods: dict[str, ItemFacts] = {}
         self._classes: dict[str, Any] | None = None
         self._scopes: dict[str, ScopeItems] = {}
+        # Per-tick results that several actions share (e.g. the workloads an evict rule may take),
+        # keyed by their owner; gone with the tick like every other view.
+        self.memo: dict[Any, Any] = {}
 
     def items(self, scope: str) -> ScopeItems:
         """The node, each NUMA node, each active pod or each of their containers, built once a tick."""
@@ -166,6 +179,25 @@ class FactViews:
                 out[nid] = item_facts(measured, derived)
             self._numa = out
         return self._numa
+
+    def by_class(self) -> Mapping[str | None, tuple[Workload, ...]]:
+        """Workloads (every phase) grouped by class, in snapshot order. Kept across ticks while the
+        snapshot carries the very same workload objects, so a steady node regroups nothing and
+        callers may memoize on the identity of the groups."""
+        workloads = self.snapshot.workloads
+        hit = self.generation_memo.get("by_class")
+        if hit is not None:
+            seen, groups = hit
+            if len(seen) == len(workloads) and all(map(operator.is_, seen, workloads)):
+                result: Mapping[str | None, tuple[Workload, ...]] = groups
+                return result
+        grouped: dict[str | None, list[Workload]] = {}
+        classify = self.classifier.classify
+        for w in workloads:
+            grouped.setdefault(classify(w).class_name, []).append(w)
+        frozen = MappingProxyType({k: tuple(v) for k, v in grouped.items()})
+        self.generation_memo["by_class"] = (workloads, frozen)
+        return frozen
 
     # ---- engine-computed facts
     def derive_node(self, facts: Mapping[str, Any]) -> None:

@@ -73,7 +73,9 @@ def plan(
     observed_resctrl: Mapping[str, str] | None = None,
 ) -> Plan:
     ops: list[Operation] = []
-    desired: dict[tuple[str, str], tuple[Desired, str]] = {}
+    claimed: dict[tuple[str, str], str] = {}  # cgroup file -> the rule whose intent sets it this tick
+    changes: list[Desired] = []  # only files whose observed value differs (a steady state has none)
+    observed = observed_cgroups or {}
     held: list[Held] = []
     evicts: list[EvictIntent] = []
     seen: set[tuple[str, str]] = set()
@@ -87,10 +89,14 @@ def plan(
             continue
         if isinstance(intent, CgroupIntent):
             slot = (intent.path, intent.file)
-            if slot in desired:
-                held.append(Held(intent, f"rule {desired[slot][1]} already sets this file this tick"))
-            else:
-                desired[slot] = (Desired(intent.path, intent.file, intent.value), intent.provenance.rule)
+            owner = claimed.get(slot)
+            if owner is not None:
+                held.append(Held(intent, f"rule {owner} already sets this file this tick"))
+                continue
+            claimed[slot] = intent.provenance.rule
+            current = observed.get(intent.path)
+            if current is None or current.get(intent.file) != intent.value:
+                changes.append(Desired(intent.path, intent.file, intent.value))
             continue
         if isinstance(intent, EvictIntent):
             cls = policy.class_index.get(intent.class_name) if intent.class_name else None
@@ -132,10 +138,8 @@ def plan(
         seen.add(key)
         ops.append(op)
     ops.extend(_resctrl_ops(resctrl, observed_resctrl, held))
-    rules = {d: rule for d, rule in desired.values()}
-    by_slot = {(d.path, d.file): rule for d, rule in desired.values()}
-    for write in order_writes(list(rules), observed_cgroups or {}):
-        ops.append(WriteCgroup(write.path, write.file, write.value, by_slot[(write.path, write.file)]))
+    for write in order_writes(changes, observed):
+        ops.append(WriteCgroup(write.path, write.file, write.value, claimed[(write.path, write.file)]))
     return Plan(tuple(ops), tuple(held), tuple(evicts))
 
 

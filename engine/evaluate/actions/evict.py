@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
-from engine.model.facts import Workload, window_key
+from engine.model.facts import EMPTY, Workload, window_key
 from engine.model.intents import EvictIntent
 from engine.model.units import parse_duration
 from engine.strategies.eviction import (
@@ -29,10 +29,13 @@ from engine.strategies.eviction import (
 )
 from engine.strategies.pressure import (
     DEFAULT_RSS_OVERUSE_THRESHOLD,
+    MEMORY_ENHANCEMENT,
     RECLAIMED_MILLICPU,
     BeCpu,
+    MetType,
     be_allocatable_milli,
     be_real_limit_milli,
+    reclaimed_overcommit,
 )
 from engine.strategies.suppress import CFS_PERIOD_US, UNSET_QUOTA, ReclaimPoolSupply
 
@@ -69,6 +72,7 @@ def evict(ctx: ActionContext) -> bool:
     new = 0
     groups: list[tuple[str | None, Any, list[Candidate], bool]] = []
     considered = len(ctx.snap.workloads)
+    known: TriggerResult | None = None
     if rule.scope in ("pod", "container"):
         seen: dict[str, Candidate] = {}
         for _, _, w, _ in matched:
@@ -78,7 +82,14 @@ def evict(ctx: ActionContext) -> bool:
         groups.append((key, facts, list(seen.values()), latched))
         considered = len(seen)
     else:
-        all_candidates = [candidate(ctx, w) for w in _by_class(ctx, params.get("victims") or {})]
+        workloads = _by_class(ctx, params.get("victims") or {})
+        if "beSatisfaction" in trigger_spec:
+            # Decided from class facts alone: candidates are built only when there is a release.
+            known = _satisfaction(ctx, trigger_spec["beSatisfaction"] or {}, workloads)
+            workloads = workloads if known.met else ()
+        elif trigger_spec:
+            workloads = tuple(_gate(ctx, trigger_spec, workloads))
+        all_candidates = [candidate(ctx, w) for w in workloads]
         for key, facts, _, latched in matched:
             groups.append((key, facts, all_candidates, latched))
     for key, facts, candidates, latched in groups:
@@ -89,7 +100,7 @@ def evict(ctx: ActionContext) -> bool:
             facts if isinstance(facts, ItemFacts) and facts is not EMPTY_ITEM else ctx.views.node
         )
         pool = [c for c in candidates if c.workload.uid not in picked]
-        trigger = _trigger(ctx, trigger_spec, pool) if trigger_spec else None
+        trigger = known if known is not None else _trigger(ctx, trigger_spec, pool) if trigger_spec else None
         if trigger is not None and not trigger.met:
             continue
         cap = int(min(budget, 10**9))
@@ -122,27 +133,82 @@ def evict(ctx: ActionContext) -> bool:
     return new > 0
 
 
-def _by_class(ctx: ActionContext, victims: Mapping[str, Any]) -> list[Workload]:
-    """The workloads whose class and phase can make them victims, found through the (cached)
-    classification alone: rules that look at the whole node every tick (the triggers) then build
-    candidate facts only for these. The same tests as ``eligible``, which still runs on each."""
-    classify = ctx.engine.classifier.classify
+def _by_class(ctx: ActionContext, victims: Mapping[str, Any]) -> tuple[Workload, ...]:
+    """The workloads whose class and phase can make them victims, from the class grouping alone:
+    rules that look at the whole node every tick (the triggers) then build candidate facts only for
+    these. The same tests as ``eligible``, which still runs on each candidate. Kept across ticks
+    while the grouping is unchanged (the same tuple comes back, so callers can memoize on it)."""
+    classes = tuple(victims.get("classes") or ())
+    excluded = tuple(victims.get("excludeClasses") or ())
+    phases = tuple(victims.get("phases") or DEFAULT_PHASES)
+    groups = ctx.views.by_class()
+    memo = ctx.views.generation_memo
+    key = ("evict.by_class", classes, excluded, phases)
+    hit = memo.get(key)
+    if hit is not None and hit[0] is groups:
+        cached: tuple[Workload, ...] = hit[1]
+        return cached
     index = ctx.engine.policy.class_index
-    classes = victims.get("classes")
-    excluded = victims.get("excludeClasses") or ()
-    phases = victims.get("phases") or DEFAULT_PHASES
-    out = []
-    for w in ctx.snap.workloads:
-        if w.phase not in phases:
-            continue
-        name = classify(w).class_name
+    out: list[Workload] = []
+    for name, members in groups.items():
         cls = index.get(name) if name else None
         if cls is not None and (cls.protected or cls.name in excluded):
             continue
         if classes and (cls is None or cls.name not in classes):
             continue
-        out.append(w)
-    return out
+        out.extend(w for w in members if w.phase in phases)
+    result = tuple(out)
+    memo[key] = (groups, result)
+    return result
+
+
+def _gate(
+    ctx: ActionContext, spec: Mapping[str, Any], workloads: tuple[Workload, ...]
+) -> Sequence[Workload]:
+    """The workloads a node-wide trigger can act on, found from raw facts before any candidate is
+    built (these rules look at every pod every tick): for RSS overuse, pods above the rule's or
+    their own threshold, and every pod with a memory_enhancement annotation (its own threshold may
+    be anything); for reclaimed overcommit, none unless a resource is overcommitted."""
+    kind, cfg = next(iter(spec.items()))
+    if kind == "rssOveruse":
+        default = float((cfg or {}).get("threshold", DEFAULT_RSS_OVERUSE_THRESHOLD))
+        memo = ctx.views.generation_memo
+        hit = memo.get(("evict.rss", default))
+        if hit is not None and hit[0] is workloads:
+            limits: list[tuple[Workload, float]] = hit[1]
+        else:
+            # Per pod, the RSS above which it may be over: its threshold x its memory request; -1
+            # (always a suspect) with a memory_enhancement annotation, whose own threshold the
+            # strategy reads.
+            limits = []
+            for w in workloads:
+                own = _effect_of(ctx, w, RSS_THRESHOLD_EFFECT)
+                limit = (default if own is None else own) * w.request("memory")
+                limits.append((w, -1.0 if MEMORY_ENHANCEMENT in w.annotations else limit))
+            memo["evict.rss", default] = (workloads, limits)
+        measured = ctx.snap.metrics.pods
+        out = []
+        for w, limit in limits:
+            rss = measured.get(w.uid, EMPTY).get("memory.rss_bytes")
+            if rss is not None and rss > limit:
+                out.append(w)
+        return out
+    if kind == "reclaimedOvercommit":
+        allocatable, thresholds, skip_zero, _ = _published(ctx, cfg or {})
+        if not workloads or not allocatable:
+            return ()
+        # The summed requests change only with the workloads: memoized on the (kept) tuple.
+        names = tuple(sorted(allocatable))
+        memo = ctx.views.generation_memo
+        hit = memo.get(("evict.requests", names))
+        if hit is not None and hit[0] is workloads:
+            sums: dict[str, float] = hit[1]
+        else:
+            sums = {name: sum(w.request(name) for w in workloads) for name in names}
+            memo["evict.requests", names] = (workloads, sums)
+        met = reclaimed_overcommit([sums], allocatable, thresholds, None, skip_zero).met
+        return workloads if met is MetType.HARD_MET else ()
+    return workloads
 
 
 def _common_inputs(
@@ -187,11 +253,16 @@ def _trigger(ctx: ActionContext, spec: Mapping[str, Any], pool: Sequence[Candida
         return _tolerance(ctx, cfg, eligible_pool)
     if kind == "reclaimedOvercommit":
         return _overcommit(ctx, cfg, eligible_pool)
-    return _satisfaction(ctx, cfg, eligible_pool)
+    return _satisfaction(ctx, cfg, [c.workload for c in eligible_pool])
 
 
 def _effect(ctx: ActionContext, c: Candidate, effect: str) -> float | None:
-    value = ctx.engine.classifier.classify(c.workload).effects.get(effect)
+    return _effect_of(ctx, c.workload, effect)
+
+
+def _effect_of(ctx: ActionContext, w: Workload, effect: str) -> float | None:
+    """A numeric enhancement effect of the workload (its own threshold or tolerance), if set."""
+    value = ctx.engine.classifier.classify(w).effects.get(effect)
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -260,7 +331,17 @@ CPU_MILLI = 1000.0  # CPU extended resources (reclaimed_millicpu, batch-cpu) cou
 
 def _overcommit(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
     """Katalyst's reclaimed-resource pressure over the published allocatable of each reclaimed
-    resource (spec.reclaim.<cpu|memory>.publishAs). Precedence of the allocatable: the collector's
+    resource (spec.reclaim.<cpu|memory>.publishAs)."""
+    allocatable, thresholds, skip_zero, sources = _published(ctx, cfg)
+    result = overcommit_trigger(pool, allocatable, thresholds, skip_zero)
+    return replace(result, inputs={**result.inputs, "allocatableFrom": sources})
+
+
+def _published(
+    ctx: ActionContext, cfg: Mapping[str, Any]
+) -> tuple[dict[str, float], dict[str, float], list[str], dict[str, str]]:
+    """Allocatable (in the extended resource's unit), threshold and skip-zero list per published
+    reclaimed resource, and where each allocatable came from. Precedence: the collector's
     node.reclaim.*_allocatable_* fact (what the scheduler sees on the CNR), then the Node's
     allocatable of that extended resource, then qosd's own last report (EngineState.reports)."""
     reclaim = ctx.engine.policy.reclaim
@@ -300,11 +381,10 @@ def _overcommit(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candi
         thresholds[name] = float(thresholds_cfg.get(resource, 5.0))
         if resource in skip:
             skip_zero.append(name)
-    result = overcommit_trigger(pool, allocatable, thresholds, skip_zero)
-    return replace(result, inputs={**result.inputs, "allocatableFrom": sources})
+    return allocatable, thresholds, skip_zero, sources
 
 
-def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
+def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Workload]) -> TriggerResult:
     """Koordinator's BECPUEvict: BE usage, request and limit (millicores) over the window and now.
 
     Usage and limit read the class's facts (``class.<name>.cpu.*``: windowed averages from the
@@ -320,20 +400,26 @@ def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Can
     interval = parse_duration(str(cfg["collectInterval"])) if "collectInterval" in cfg else 1.0
     window = max(window, interval)
     resource = str(cfg.get("requestResource", "kubernetes.io/batch-cpu"))
-    members = [c for c in pool if c.cls is not None and c.cls.name in class_names]
+    classify = ctx.engine.classifier.classify
+    labels = (victims.get("requireLabel") or {}).items()
+    members = [
+        w
+        for w in pool
+        if classify(w).class_name in class_names and all(w.labels.get(k) == v for k, v in labels)
+    ]
 
     def class_sum(key: str) -> float | None:
         """The class's measured value, else the sum over its pods when every pod has one."""
         value = _class_value(measured, key)
         if value is not None:
             return value
-        pods = [c.facts.get(key) for c in members]
+        pods = [ctx.views.pod(w).get(key) for w in members]
         return float(sum(pods)) if pods and all(v is not None for v in pods) else None
 
     def avg_key(path: str) -> str:
         return window_key(path, "avg", window)
 
-    request_now = float(sum(c.workload.request(resource) for c in members))
+    request_now = float(sum(w.request(resource) for w in members))
     usage_now = class_sum("cpu.usage_cores")
     usage_avg = class_sum(avg_key("cpu.usage_cores"))
     req_avg = _class_value(measured, avg_key("cpu.request_cores"))
