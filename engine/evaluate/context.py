@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from engine.evaluate.compiler import CompiledRule, observe
-from engine.evaluate.factview import ACTIVE_PHASES, FactViews
+from engine.evaluate.factview import FactViews
 from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance
@@ -104,11 +104,6 @@ class ActionContext:
     def skip(self, reason: str) -> None:
         self.tick.skipped.append(Skipped(self.name, reason))
 
-    def class_members(self, class_name: str) -> list[Workload]:
-        """Active pods of a class, in snapshot order."""
-        classify = self.engine.classifier.classify
-        return [
-            w
-            for w in self.snap.workloads
-            if w.phase in ACTIVE_PHASES and classify(w).class_name == class_name
-        ]
+    def class_members(self, class_name: str) -> tuple[Workload, ...]:
+        """Active pods of a class, in snapshot order (indexed once per workload set by the engine)."""
+        return self.engine.members(self.snap.workloads).get(class_name, ())

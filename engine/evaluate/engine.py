@@ -130,12 +130,34 @@ class Engine:
             for r in policy.rules
         }
         self._static: dict[int, Any] = {}
+        self._members: tuple[tuple[Workload, ...], Mapping[str, tuple[Workload, ...]]] | None = None
         self._memo: dict[Any, Any] = {}  # cross-tick results actions reuse while workloads are unchanged
         self.pool_step = PoolStep(policy, self.classifier, generation)
         self.pressure_step = PressureStep(policy, self.classifier)
         self.resctrl_step = ResctrlStep(policy, self.classifier, generation)
         self.class_knob_step = ClassKnobStep(policy, self.classifier, generation)
         self.knob_cache: dict[str, dict[str, KnobFn]] = {}  # setCgroup knobs, compiled once per rule
+
+    def members(self, workloads: tuple[Workload, ...]) -> Mapping[str, tuple[Workload, ...]]:
+        """Active pods by class, in snapshot order. Sources hand back the same Workload objects while
+        pods are unchanged, so the index is rebuilt only when the set of objects changes."""
+        cached = self._members
+        if (
+            cached is not None
+            and len(cached[0]) == len(workloads)
+            and all(a is b for a, b in zip(cached[0], workloads, strict=True))
+        ):
+            return cached[1]
+        out: dict[str, list[Workload]] = {}
+        classify = self.classifier.classify
+        for w in workloads:
+            if w.phase in ACTIVE_PHASES:
+                name = classify(w).class_name
+                if name:
+                    out.setdefault(name, []).append(w)
+        index = MappingProxyType({k: tuple(v) for k, v in out.items()})
+        self._members = (workloads, index)
+        return index
 
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
         views = FactViews(snap, self.classifier, self._static, self._memo)

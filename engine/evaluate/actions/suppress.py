@@ -9,6 +9,9 @@ The intents carry every term of the arithmetic, so ``qosd explain`` can show why
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import ACTIVE_PHASES
 from engine.evaluate.pools import pool_cpus
@@ -24,6 +27,7 @@ from engine.strategies.suppress import (
 )
 
 DEFAULT_CGROUP = "kubepods/besteffort"
+EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
 def suppress(ctx: ActionContext) -> bool:
@@ -36,14 +40,19 @@ def suppress(ctx: ActionContext) -> bool:
     if not capacity or used is None:
         ctx.skip("suppress needs the node's CPU usage (node.cpu.usage_cores); this snapshot has none")
         return False
-    classify = ctx.engine.classifier.classify
     pods = []
-    for w in ctx.snap.workloads:
-        if w.phase not in ACTIVE_PHASES:
-            continue
-        cores = ctx.views.pod(w).get("cpu.usage_cores")
-        if cores is not None:
-            pods.append(UsageSample(w.key, float(cores), classify(w).class_name != target))
+    measured = ctx.snap.metrics.pods
+    for class_name, members in ctx.engine.members(ctx.snap.workloads).items():
+        others = class_name != target
+        for w in members:
+            cores = measured.get(w.uid, EMPTY).get("cpu.usage_cores")
+            if cores is not None:
+                pods.append(UsageSample(w.key, float(cores), others))
+    for w in ctx.snap.workloads:  # pods no class matched still use CPU
+        if w.phase in ACTIVE_PHASES and ctx.engine.classifier.classify(w).class_name is None:
+            cores = measured.get(w.uid, EMPTY).get("cpu.usage_cores")
+            if cores is not None:
+                pods.append(UsageSample(w.key, float(cores), True))
     capacity_milli = round(float(capacity) * 1000)
     allocatable = node.get("cpu.allocatable_cores")
     usage = SuppressUsage(
