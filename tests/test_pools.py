@@ -627,3 +627,41 @@ def test_feeding_a_plan_back_reproduces_it(case: tuple[CpuDetails, list[CpuDeman
     assert again.dedicated == plan.dedicated
     assert again.numa_bindings == plan.numa_bindings
     assert again.pools == plan.pools
+
+
+RECLAIM_OFF = [
+    # (name, demands, pools with reclaim enabled, pools with reclaim disabled)
+    (
+        # share ceil(3.2) = 4 -> 2-5 (whole-core reserve 0-1); remainder 6-15 is 10 CPUs. Disabled:
+        # reclaim keeps max(4, #NUMA) = 4 and the surplus of 6 goes to the only share pool.
+        "one share pool takes the whole surplus",
+        [demand("s", "share", 3.2), reclaimed("r")],
+        {"reserve": "0-1", "share": "2-5", "reclaim": "6-15"},
+        {"share": 10, "reclaim": 4},
+    ),
+    (
+        # share 4, batch 4 (template min 4): remainder 6 -> surplus 2, floor(2 x 4/8) = 1 each.
+        "two share pools split it by size",
+        [demand("s", "share", 2), demand("b", "batch", 2), reclaimed("r")],
+        None,
+        {"share": 5, "batch": 5, "reclaim": 4},
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "demands", "enabled", "disabled"), RECLAIM_OFF, ids=[r[0] for r in RECLAIM_OFF])
+def test_reclaim_disabled_hands_the_surplus_to_the_share_pools(
+    name: str, demands: list[CpuDemand], enabled: dict[str, str] | None, disabled: dict[str, int]
+) -> None:
+    """Anchor: katalyst generatePoolsAndIsolation step 7 (katalyst.md §2.3): with EnableReclaim=false
+    the reclaim pool shrinks to reservedReclaimedCPUsSize = max(4, #NUMA) and the surplus is
+    apportioned to the non-binding share pools, floor(surplus x size / total) each, minimum 1."""
+    specs = whole_core_reserve_specs()
+    on = allocate(D16, specs, demands, {})
+    if enabled is not None:
+        assert texts(on.pools) == enabled
+    off = allocate(D16, specs, demands, {}, reclaim_enabled=False)
+    assert {k: len(off.pools[k]) for k in disabled} == disabled
+    pooled = [cpus for name, cpus in off.pools.items() if name != "reserve"]
+    assert sum(len(c) for c in pooled) == len(frozenset().union(*pooled))  # still disjoint
+    assert frozenset().union(*off.pools.values()) == frozenset().union(*on.pools.values())

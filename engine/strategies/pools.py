@@ -567,8 +567,14 @@ def allocate(
     pools: Sequence[PoolSpec],
     demands: Sequence[CpuDemand],
     previous: Mapping[Key, CpuSet] | None = None,
+    *,
+    reclaim_enabled: bool = True,
 ) -> PoolPlan:
     """Size and place every pool and dedicated container; see the module docstring for the order.
+
+    ``reclaim_enabled=False`` is Katalyst's EnableReclaim=false (generatePoolsAndIsolation step 7):
+    the reclaim pool keeps only its minimum and the surplus goes to the non-binding share pools,
+    ``floor(surplus x size / total)`` each (at least 1), so latency-sensitive pods get the idle cores.
 
     ``demands`` should come in admission order (e.g. pod creation time): among new pods of the same
     kind, earlier ones are placed first, as Katalyst admits them. ``previous`` maps (uid, container)
@@ -805,6 +811,8 @@ def allocate(
         floor = reclaim_spec.min if reclaim_spec.min is not None else max(MIN_RECLAIM, len(details.numa_ids))
         if reclaim_spec.max is not None and len(remainder) > reclaim_spec.max:
             remainder = _take(details, reclaim_spec, remainder, reclaim_spec.max)
+        if not reclaim_enabled and len(remainder) > floor and share_totals:
+            remainder = _apportion_surplus(details, remainder, floor, share_spec, pool_cpus)
         reclaim = set(remainder)
         if len(reclaim) < floor:
             # katalyst reservedReclaimedCPUSet: TakeHTByNUMABalance over everything but the reserve.
@@ -830,6 +838,32 @@ def allocate(
         reclaim_overlap=reclaim_overlap,
         warnings=tuple(warnings),
     )
+
+
+def _apportion_surplus(
+    details: CpuDetails,
+    remainder: CpuSet,
+    floor: int,
+    share_spec: Mapping[str, PoolSpec],
+    pool_cpus: dict[str, CpuSet],
+) -> CpuSet:
+    """Katalyst step 7 (reclaim disabled): hand CPUs above the reclaim minimum to the share pools in
+    proportion to their sizes, each at least 1, largest pools first; returns what reclaim keeps."""
+    surplus = len(remainder) - floor
+    names = sorted(share_spec, key=lambda n: (-len(pool_cpus.get(n, frozenset())), n))
+    total = sum(len(pool_cpus.get(n, frozenset())) for n in names) or len(names)
+    left = set(remainder)
+    remaining = surplus
+    for name in names:
+        if remaining <= 0:
+            break
+        size = len(pool_cpus.get(name, frozenset())) or 1
+        extra = min(remaining, max(1, surplus * size // total))
+        taken = _take(details, share_spec[name], frozenset(left), extra)
+        pool_cpus[name] = frozenset(pool_cpus.get(name, frozenset()) | taken)
+        left -= taken
+        remaining -= len(taken)
+    return frozenset(left)
 
 
 def _fill(
