@@ -50,6 +50,7 @@ from prometheus_client import (
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
+from engine.adapters.fsio import open_nofollow
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
@@ -64,6 +65,7 @@ from engine.model.operations import Operation, WriteCgroup
 from engine.model.units import parse_duration
 from engine.plan.planner import Guards
 from engine.sources.collector import CollectorOptions, NodeCollector
+from engine.sources.files import PinnedReader
 from engine.sources.standalone import standalone_collector
 from engine.tick import TickResult, plan_tick, run_tick
 
@@ -579,9 +581,30 @@ class Daemon:
 # ---------------------------------------------------------------- start-up wiring (standalone)
 
 
+# What a daemon's collector reads how often (docs/standalone.md, "What a tick costs"). Each cgroup
+# file qosd manages is re-read at least every OBSERVE_SECONDS (staggered over the ticks) and reported
+# as last read or last written in between, so a value changed behind qosd's back is corrected within
+# that bound; Koordinator's executor trusts its own last write for 60 s (ResourceForceUpdateSeconds).
+# Per-cgroup memory.stat is re-read every MEMORY_SECONDS; CPU counters and node files every tick.
+OBSERVE_SECONDS = 10.0
+MEMORY_SECONDS = 10.0
+REREAD_AFTER = frozenset({"failed", "vanished", "unchanged"})
+
+
+def daemon_options(interval: float) -> CollectorOptions:
+    """The collector options of ``qosd run`` at this tick interval (see OBSERVE_SECONDS)."""
+    return CollectorOptions(
+        interval=interval,
+        observe_every=max(1, round(OBSERVE_SECONDS / interval)),
+        memory_every=max(1, round(MEMORY_SECONDS / interval)),
+    )
+
+
 class CollectorSource:
     """The node collector as the daemon's NodeSource: it learns each generation's windows and
-    classes, and keeps observing the files the last plan manages (so a steady state writes nothing)."""
+    classes, and keeps observing the files the last plan manages (so a steady state writes nothing).
+    Writes that succeeded are reported as observed until the file's next re-read; writes that failed,
+    found the cgroup gone or found the value already there are re-read at the next tick."""
 
     def __init__(self, collector: NodeCollector, adapter: CgroupAdapter | None = None):
         self.collector = collector
@@ -616,8 +639,14 @@ class CollectorSource:
         )
         for o in outcomes:
             op = getattr(o, "op", None)
-            if o.status == "applied" and isinstance(op, WriteCgroup):
+            if not isinstance(op, WriteCgroup):
+                continue
+            if o.status == "applied":
                 self.collector.note_written(op.path, op.file, op.value)
+            elif o.status in REREAD_AFTER:
+                # What the kernel holds is not what was planned against: read it at the next tick
+                # instead of waiting for the file's turn in the stagger.
+                self.collector.reread(op.path, op.file)
 
 
 def _labels(pairs: Sequence[str]) -> dict[str, str]:
@@ -640,12 +669,13 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
         labels[PROFILE_LABEL] = args.profile
     if args.workloads is not None and not args.workloads.is_file():
         raise UsageError(f"--workloads {args.workloads}: no such file")
-    adapter = CgroupAdapter.detect(args.cgroup_root)
+    # Observed files stay open between ticks (one pread each); see engine/sources/files.py.
+    adapter = CgroupAdapter.detect(args.cgroup_root, observe_reader=PinnedReader(open_nofollow))
     collector = standalone_collector(
         args.cgroup_root,
         args.workloads,
         args.root or None,
-        options=CollectorOptions(interval=interval),
+        options=daemon_options(interval),
         observe=adapter.observe,
     )
     executor: Executor

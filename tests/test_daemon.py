@@ -17,17 +17,28 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from engine.adapters.cgroup import CgroupAdapter
+from engine.adapters.result import OperationResult
 from engine.cli import build_parser
 from engine.cli import main as cli_main
-from engine.daemon import Daemon, build_standalone
-from engine.model.operations import Operation
+from engine.daemon import (
+    MEMORY_SECONDS,
+    OBSERVE_SECONDS,
+    CollectorSource,
+    Daemon,
+    build_standalone,
+    daemon_options,
+)
+from engine.model.intents import CgroupIntent
+from engine.model.operations import Operation, WriteCgroup
 from tests.realcgroup import Subtree, real_subtree
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,3 +249,93 @@ def test_the_audit_log_is_read_by_qosd_explain(
     assert cli_main(["explain", str(tmp_path / "audit.jsonl")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Tick at ") and "generation 1" in out and "operation(s)" in out
+
+
+# ---------------------------------------------------------------- what a steady tick reads
+
+
+class CountingObserve:
+    """Wraps the adapter's observe() the collector calls, counting the (path, file) pairs asked."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.asked: Counter[tuple[str, str]] = Counter()
+
+    def __call__(self, wanted: Mapping[str, Sequence[str]]) -> Any:
+        for path, files in wanted.items():
+            self.asked.update((path, f) for f in files)
+        return self.inner(wanted)
+
+
+def test_a_steady_daemon_rereads_each_managed_file_once_per_period_and_notices_a_change(
+    tree: Subtree, tmp_path: Path
+) -> None:
+    """At the default 1 s tick each managed file is re-read once every 10 ticks (OBSERVE_SECONDS),
+    the ticks in between write nothing, and a cpuset changed behind qosd's back is put back within
+    those 10 ticks."""
+    d = daemon(tree, tmp_path)
+    assert d.tick() is not None and d.tick() is not None
+    observer = d.source.collector.observer  # type: ignore[attr-defined]
+    assert observer.every == round(OBSERVE_SECONDS)
+    counting = CountingObserve(observer.translate)
+    observer.translate = counting
+    writes = adapter_of(d).writes
+    for _ in range(observer.every):
+        result = d.tick()
+        assert result is not None
+        assert [op for op in result.plan.operations if op.kind == "writeCgroup"] == []
+    assert adapter_of(d).writes == writes
+    managed = {(i.path, i.file) for i in result.evaluation.intents if isinstance(i, CgroupIntent)}
+    assert (f"{tree.name}/web", "cpuset.cpus") in managed
+    assert managed <= set(counting.asked) and set(counting.asked.values()) == {1}, counting.asked
+
+    planned = tree.read("cpuset", "web", "cpuset.cpus")
+    other = "1" if planned == "0" else "0"
+    (tree.dir("cpuset", "web") / "cpuset.cpus").write_text(other)
+    ticks = 0
+    while tree.read("cpuset", "web", "cpuset.cpus") != planned and ticks < observer.every:
+        assert d.tick() is not None
+        ticks += 1
+    assert tree.read("cpuset", "web", "cpuset.cpus") == planned and ticks >= 1
+
+
+class StubCollector:
+    def __init__(self) -> None:
+        self.noted: list[tuple[str, str, str]] = []
+        self.rereads: list[tuple[str, str]] = []
+        self.tracked: list[tuple[str, str]] = []
+
+    def prime(self) -> None:
+        return None
+
+    def track(self, pairs: Any) -> None:
+        self.tracked.extend(pairs)
+
+    def note_written(self, path: str, file: str, value: str) -> None:
+        self.noted.append((path, file, value))
+
+    def reread(self, path: str, file: str) -> None:
+        self.rereads.append((path, file))
+
+
+def test_only_a_write_that_landed_is_reported_as_observed_the_others_are_read_again() -> None:
+    """A write that failed, found its cgroup gone or found the value already there says the kernel
+    holds something other than what was planned against: read it at the next tick, do not wait for
+    its turn in the stagger."""
+    stub = StubCollector()
+    source = CollectorSource(stub)  # type: ignore[arg-type]
+    ops = {
+        s: WriteCgroup(f"g/{s}", "cpu.shares", "2", "r")
+        for s in ("applied", "failed", "vanished", "unchanged", "skipped")
+    }
+    outcomes = [OperationResult(op, status) for status, op in ops.items()]
+    result = SimpleNamespace(evaluation=SimpleNamespace(intents=()))
+    source.applied(result, outcomes)  # type: ignore[arg-type]
+    assert stub.noted == [("g/applied", "cpu.shares", "2")]
+    assert stub.rereads == [
+        ("g/failed", "cpu.shares"),
+        ("g/vanished", "cpu.shares"),
+        ("g/unchanged", "cpu.shares"),
+    ]
+    assert daemon_options(1.0).observe_every == 10 and daemon_options(0.05).observe_every == 200
+    assert daemon_options(1.0).memory_every == round(MEMORY_SECONDS)

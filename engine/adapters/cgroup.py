@@ -9,7 +9,14 @@
   a tick old. Operations are executed strictly in the order given: the planner orders parents and
   children (loosen top-down, tighten bottom-up) and this adapter must not undo that.
 - **Confinement**: an operation's path is relative to the hierarchy's mount; ``..`` is refused and
-  the resolved path must stay inside the mount (no symlink escape).
+  the resolved path must stay inside the mount (no symlink escape). Every write resolves and checks
+  its directory afresh. ``observe`` runs every tick over hundreds of cgroups, so it keeps each
+  directory it resolved (confined like a write's) for ``DIR_TTL`` calls, and drops it at once when a
+  read finds the cgroup gone; a read can therefore follow a rename for at most that many calls, and
+  a write never can. Files are always opened with ``O_NOFOLLOW``. An ``observe_reader`` (the
+  daemon passes a :class:`~engine.sources.files.PinnedReader`) may keep the observed files open
+  between calls; it is only asked for files of directories confined as above, and any file it
+  cannot read is read again the plain way so that a vanished cgroup or a symlink is classified.
 - **Errors are classified**, one :class:`~engine.adapters.result.OperationResult` per operation:
   the cgroup went away (ENOENT/ENODEV: the pod ended between plan and write) is *vanished*, benign,
   logged at info; a missing file in an existing cgroup (cpu.idle before 5.15, memory.high on v1) is
@@ -24,6 +31,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from engine.adapters.cgfiles import (
     CPUSET_FILES,
@@ -62,6 +70,16 @@ CPUSET_ERRORS = {
     errno.ERANGE: "a CPU or node number beyond what this machine can have",
 }
 NO_RETRY = Retry(attempts=1)
+DIR_TTL = 256  # observe() calls a resolved directory is reused before it is resolved again
+MISSING: Any = object()
+
+
+class ObserveReader(Protocol):
+    """Reads a file's text (None when it cannot), and hears of each observe() call."""
+
+    def read(self, path: str) -> str | None: ...
+
+    def begin_tick(self) -> None: ...
 
 
 class _Vanished(Exception):
@@ -85,13 +103,20 @@ class CgroupAdapter:
         weight_formula: WeightFormula | None = None,
         retry: Retry | None = None,
         io: FileIO | None = None,
+        observe_reader: ObserveReader | None = None,
     ):
         self.layout = layout
         self.weight_formula = weight_formula
         self.retry = retry or Retry()
         self.io = io or FileIO()
+        self.observe_reader = observe_reader
         self.writes = 0
         self._unsupported_logged: set[tuple[str, str]] = set()
+        # observe(): (mount, path) -> (resolved directory, the call it was resolved in)
+        self._dirs: dict[tuple[str, str], tuple[str, int]] = {}
+        self._calls = 0
+        # logical file -> (cgroup version, mount, host files); the layout never changes
+        self._hosts: dict[str, tuple[int, str, tuple[str, ...]] | None] = {}
 
     @classmethod
     def detect(
@@ -101,10 +126,11 @@ class CgroupAdapter:
         *,
         weight_formula: WeightFormula | None = None,
         retry: Retry | None = None,
+        observe_reader: ObserveReader | None = None,
     ) -> CgroupAdapter:
         """An adapter for the hierarchy mounted under ``root`` per the mount table."""
         layout = CgroupLayout.detect(root, mountinfo)
-        return cls(layout, weight_formula=weight_formula, retry=retry)
+        return cls(layout, weight_formula=weight_formula, retry=retry, observe_reader=observe_reader)
 
     # ---------------------------------------------------------------- locating files
 
@@ -116,7 +142,7 @@ class CgroupAdapter:
 
     def _read(self, directory: str, name: str) -> str:
         """One host file's text; _Vanished / _Missing on ENOENT depending on the directory."""
-        target = os.path.join(directory, name)
+        target = f"{directory}/{name}"
         try:
             return self.io.read(target)
         except OSError as exc:
@@ -138,29 +164,46 @@ class CgroupAdapter:
         be read for another reason (permissions) is left out and logged, so one bad file never hides
         the rest of the snapshot."""
         cache: dict[str, str | None] = {}
-        directories: dict[tuple[str, str], str] = {}
         out: dict[str, dict[str, str]] = {}
+        pinned = self.observe_reader
+        if pinned is not None:
+            pinned.begin_tick()
+        self._calls += 1
+        if self._calls % DIR_TTL == 0:  # forget directories of cgroups no longer observed
+            oldest = self._calls - DIR_TTL
+            self._dirs = {k: v for k, v in self._dirs.items() if v[1] > oldest}
         for path, files in wanted.items():
             values: dict[str, str] = {}
             for file in files:
-                located = self._base(file)
-                if located is None:
+                where = self._hosts.get(file, MISSING)
+                if where is MISSING:
+                    located = self._base(file)
+                    where = self._hosts[file] = (
+                        None if located is None else (*located, host_files(file, located[0]))
+                    )
+                if where is None:
                     continue
-                version, base = located
-                directory = directories.get((base, path))
-                if directory is None:
-                    try:
-                        directory = directories[base, path] = self._directory(base, path)
-                    except PathEscape as exc:
-                        log.warning("not observing %s: %s", path, exc)
-                        break
+                version, base, names = where
+                try:
+                    directory = self._observed_directory(base, path)
+                except PathEscape as exc:
+                    log.warning("not observing %s: %s", path, exc)
+                    break
                 texts: dict[str, str] = {}
-                for name in host_files(file, version):
-                    key = os.path.join(directory, name)
+                for name in names:
+                    key = f"{directory}/{name}"
                     if key not in cache:
+                        if pinned is not None:
+                            text = cache[key] = pinned.read(key)
+                            if text is not None:
+                                texts[name] = text
+                                continue
                         try:
                             cache[key] = self._read(directory, name)
-                        except (_Vanished, _Missing, PathEscape):
+                        except _Vanished:
+                            cache[key] = None
+                            self._dirs.pop((base, path), None)  # resolve again if it comes back
+                        except (_Missing, PathEscape):
                             cache[key] = None
                         except OSError as exc:
                             log.warning("cannot read %s: %s", key, exc.strerror)
@@ -174,6 +217,15 @@ class CgroupAdapter:
             if values:
                 out[path] = values
         return out
+
+    def _observed_directory(self, base: str, path: str) -> str:
+        """A confined directory for reading, reused for up to DIR_TTL calls (see the module docstring)."""
+        cached = self._dirs.get((base, path))
+        if cached is not None and self._calls - cached[1] < DIR_TTL:
+            return cached[0]
+        directory = self._directory(base, path)
+        self._dirs[base, path] = (directory, self._calls)
+        return directory
 
     def tasks(self, path: str) -> list[int]:
         """Thread ids in a cgroup and its descendants (a pod's tasks live in its containers): v1

@@ -57,6 +57,11 @@ class FileIO:
         os.rmdir(path)
 
 
+def open_nofollow(path: str) -> int:
+    """A read-only descriptor of a file that is not a symlink (ELOOP if it is)."""
+    return os.open(path, os.O_RDONLY | NOFOLLOW)
+
+
 def check_name(name: str, what: str) -> None:
     """A single path component: no separator, not empty, not ``.``/``..``, no NUL."""
     if not name or "/" in name or "\0" in name or name in (".", ".."):

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from engine.sources.files import Reader, read_int
+from engine.sources.files import Reader, read_many
 from engine.sources.procfs import psi_facts, rate
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
@@ -64,6 +65,7 @@ _V2_STAT = {
 }
 _CPU_STAT = {"usage_usec": "usage_usec", "nr_periods": "nr_periods", "nr_throttled": "nr_throttled"}
 _THROTTLING = {"nr_periods": "nr_periods", "nr_throttled": "nr_throttled"}
+NO_VALUES: Mapping[str, str] = MappingProxyType({})
 V1_FILES = ("cpuacct.usage", "cpu.stat", "memory.stat", "memory.usage_in_bytes")
 V2_FILES = ("cpu.stat", "memory.stat", "memory.current", *(name for _, name in PSI_FILES))
 
@@ -168,13 +170,18 @@ class CgroupOptions:
     memory_every: int = 1  # read memory files every N ticks, staggered by path
 
 
+Sampled = tuple[bool, dict[str, float] | None]  # (the cgroup answered, memory facts read now)
+
+
 class _Prev:
-    """Per cgroup: the previous counters, the last memory facts and its file names (built once)."""
+    """Per cgroup: the previous counters, the last memory facts, its file names and its memory
+    phase (built once)."""
 
-    __slots__ = ("at", "cpu", "files", "memory", "periods", "seen", "throttled")
+    __slots__ = ("at", "cpu", "files", "memory", "periods", "phase", "seen", "throttled")
 
-    def __init__(self, files: tuple[str, ...]) -> None:
+    def __init__(self, files: tuple[str, ...], phase: int) -> None:
         self.files = files
+        self.phase = phase
         self.at: float | None = None
         self.cpu: int | None = None
         self.periods: int | None = None
@@ -184,38 +191,98 @@ class _Prev:
 
 
 class CgroupMetrics:
-    """Samples cgroups each tick, keeping the previous counters per path for the rates."""
+    """Samples cgroups each tick, keeping the previous counters per path for the rates.
+
+    This runs for every cgroup every tick, so the loop is written flat: one dict lookup for the
+    cgroup's state, one read of its CPU counter, and the memory files only on the cgroup's turn."""
 
     def __init__(self, fs: CgroupFS, reader: Reader, options: CgroupOptions = CgroupOptions()) -> None:
         self.fs = fs
         self.reader = reader
         self.options = options
         self._prev: dict[str, _Prev] = {}
-        self._phase: dict[str, int] = {}
+        self._batch: tuple[Sequence[str], list[tuple[str, _Prev]], list[str]] | None = None
 
-    def sample(self, paths: Iterable[str], now: float, tick: int) -> dict[str, dict[str, Any]]:
-        """Facts per cgroup path at monotonic time ``now`` (``tick`` counts collections)."""
+    def sample(self, paths: Sequence[str], now: float, tick: int) -> dict[str, dict[str, Any]]:
+        """Facts per cgroup path at monotonic time ``now`` (``tick`` counts collections).
+
+        Between staggered reads a cgroup's last memory facts stand; it has none once it is gone (its
+        CPU counter is unreadable) or its memory files are, so a vanished workload never carries
+        stale memory."""
         out: dict[str, dict[str, Any]] = {}
-        for path in paths:
-            if path in out:
-                continue
-            prev = self._prev.get(path)
-            if prev is None:
-                prev = self._prev[path] = _Prev(self._files(path))
-            prev.seen = tick
-            facts: dict[str, Any] = {}
-            if self.fs.version == 2:
-                self._v2(path, prev, now, facts, self._memory_due(path, tick, prev))
-            else:
-                self._v1(path, prev, now, facts, self._memory_due(path, tick, prev))
-            prev.at = now
-            if facts:
-                out[path] = facts
-        if len(self._prev) > len(out):  # forget cgroups that are gone
-            for path in [p for p, v in self._prev.items() if v.seen != tick]:
-                del self._prev[path]
-                self._phase.pop(path, None)
+        known = self._prev
+        every = self.options.memory_every
+        cgroups, counter_files = self._batch_of(paths)
+        if self.fs.version == 1 and not self.options.throttling:
+            # The common case, one counter file per cgroup: every counter is read in one batch.
+            counters = _ints(read_many(self.reader, counter_files))
+            for (path, prev), counter in zip(cgroups, counters, strict=True):
+                prev.seen = tick
+                due = every <= 1 or prev.memory is None or (tick + prev.phase) % every == 0
+                memory = self._v1_memory(prev) if due else None
+                if memory is not None:
+                    prev.memory = memory
+                elif due or counter is None:
+                    prev.memory = None
+                facts: dict[str, Any] = prev.memory.copy() if prev.memory else {}
+                if counter is not None and prev.cpu is not None and prev.at is not None:
+                    cores = rate(prev.cpu, counter, now - prev.at, 1e9)
+                    if cores is not None:
+                        facts["cpu.usage_cores"] = cores
+                prev.cpu = counter
+                prev.at = now
+                if facts:
+                    out[path] = facts
+        else:
+            v2 = self.fs.version == 2
+            for path, prev in cgroups:
+                prev.seen = tick
+                due = every <= 1 or prev.memory is None or (tick + prev.phase) % every == 0
+                facts = {}
+                alive, memory = self._v2(prev, now, facts, due) if v2 else self._v1(prev, now, facts, due)
+                if memory is not None:
+                    prev.memory = memory
+                    facts.update(memory)
+                elif due or not alive:
+                    prev.memory = None
+                elif prev.memory:
+                    facts.update(prev.memory)
+                prev.at = now
+                if facts:
+                    out[path] = facts
+        if len(known) > len(cgroups):  # forget cgroups that are gone, and their open files
+            gone = [p for p, v in known.items() if v.seen != tick]
+            if gone:
+                forget = getattr(self.reader, "forget", None)
+                for path in gone:
+                    if forget is not None:
+                        forget(known[path].files)
+                    del known[path]
         return out
+
+    def _batch_of(self, paths: Sequence[str]) -> tuple[list[tuple[str, _Prev]], list[str]]:
+        """The distinct cgroups of ``paths`` with their state, and their CPU counter files; kept
+        while the caller passes the same tuple (the collector does while workloads are unchanged;
+        a list could have changed in place)."""
+        batch = self._batch
+        if batch is not None and batch[0] is paths and isinstance(paths, tuple):
+            return batch[1], batch[2]
+        known = self._prev
+        every = self.options.memory_every
+        cgroups: list[tuple[str, _Prev]] = []
+        listed: set[str] = set()
+        for path in paths:
+            if path in listed:
+                continue  # listed twice (a pod and its container sharing one cgroup)
+            listed.add(path)
+            prev = known.get(path)
+            if prev is None:
+                phase = zlib.crc32(path.encode()) % every if every > 1 else 0
+                prev = known[path] = _Prev(self._files(path), phase)
+            cgroups.append((path, prev))
+        files = [prev.files[0] for _, prev in cgroups]
+        self._batch = (paths, cgroups, files)
+        return cgroups, files
 
     def _files(self, path: str) -> tuple[str, ...]:
         fs = self.fs
@@ -223,17 +290,9 @@ class CgroupMetrics:
             return tuple(fs.file(path, n) for n in V2_FILES)
         return tuple(fs.file(path, n) for n in V1_FILES)
 
-    def _memory_due(self, path: str, tick: int, prev: _Prev) -> bool:
-        every = self.options.memory_every
-        if every <= 1 or prev.memory is None:
-            return True
-        phase = self._phase.get(path)
-        if phase is None:
-            phase = self._phase[path] = zlib.crc32(path.encode()) % every
-        return (tick + phase) % every == 0
-
+    @staticmethod
     def _cpu_rate(
-        self, prev: _Prev, now: float, counter: int | None, per_second: float, facts: dict[str, Any]
+        prev: _Prev, now: float, counter: int | None, per_second: float, facts: dict[str, Any]
     ) -> None:
         if counter is not None and prev.cpu is not None and prev.at is not None:
             cores = rate(prev.cpu, counter, now - prev.at, per_second)
@@ -241,7 +300,8 @@ class CgroupMetrics:
                 facts["cpu.usage_cores"] = cores
         prev.cpu = counter
 
-    def _throttling(self, prev: _Prev, stat: Mapping[str, int], facts: dict[str, Any]) -> None:
+    @staticmethod
+    def _throttling(prev: _Prev, stat: Mapping[str, int], facts: dict[str, Any]) -> None:
         periods, throttled = stat.get("nr_periods"), stat.get("nr_throttled")
         if periods is None or throttled is None:
             return
@@ -250,61 +310,60 @@ class CgroupMetrics:
             facts["cpu.throttled_ratio"] = (throttled - prev.throttled) / dp if dp else 0.0
         prev.periods, prev.throttled = periods, throttled
 
-    def _remember_memory(
-        self, prev: _Prev, memory: dict[str, float] | None, due: bool, alive: bool, facts: dict[str, Any]
-    ) -> None:
-        """This tick's memory facts, or the last ones between staggered reads; nothing once the
-        cgroup is gone (its CPU counter is unreadable) or its memory files are, so a vanished
-        workload never carries stale memory."""
-        if not alive or (due and memory is None):
-            prev.memory = None
-            return
-        if memory is not None:
-            prev.memory = memory
-        if prev.memory:
-            facts.update(prev.memory)
-
-    def _v1(self, path: str, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool) -> None:
+    def _v1(self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool) -> Sampled:
+        """CPU (and throttling) into ``facts``; whether the CPU counter was readable, and the memory
+        facts when due and readable."""
         read = self.reader.read
-        usage_file, cpu_stat_file, stat_file, usage_in_bytes_file = prev.files
-        counter = read_int(self.reader, usage_file)
+        usage_file, cpu_stat_file = prev.files[:2]
+        counter = _int(read(usage_file))
         self._cpu_rate(prev, now, counter, 1e9, facts)
         if self.options.throttling:
             text = read(cpu_stat_file)
             if text is not None:
-                self._throttling(
-                    prev,
-                    parse_stat_keys(text, _THROTTLING),
-                    facts,
-                )
-        memory = None
-        if memory_due:
-            stat = read(stat_file)
-            if stat is not None:
-                memory = memory_facts(
-                    parse_stat_keys(stat, _V1_STAT), read_int(self.reader, usage_in_bytes_file)
-                )
-        self._remember_memory(prev, memory, memory_due, counter is not None or memory is not None, facts)
+                self._throttling(prev, parse_stat_keys(text, _THROTTLING), facts)
+        memory = self._v1_memory(prev) if memory_due else None
+        return counter is not None or memory is not None, memory
 
-    def _v2(self, path: str, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool) -> None:
+    def _v1_memory(self, prev: _Prev) -> dict[str, float] | None:
+        read = self.reader.read
+        stat = read(prev.files[2])
+        if stat is None:
+            return None
+        return memory_facts(parse_stat_keys(stat, _V1_STAT), _int(read(prev.files[3])))
+
+    def _v2(self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool) -> Sampled:
         read = self.reader.read
         cpu_stat_file, stat_file, current_file, *psi_files = prev.files
         text = read(cpu_stat_file)
         stat = parse_stat_keys(text, _CPU_STAT) if text is not None else {}
         self._cpu_rate(prev, now, stat.get("usage_usec"), 1e6, facts)
         self._throttling(prev, stat, facts)
-        memory = None
-        if memory_due:
-            mem_stat = read(stat_file)
-            if mem_stat is not None:
-                memory = memory_facts(
-                    parse_stat_keys(mem_stat, _V2_STAT), read_int(self.reader, current_file)
-                )
-        alive = text is not None or memory is not None
-        self._remember_memory(prev, memory, memory_due, alive, facts)
         if self.options.psi:
             for (resource, _), name in zip(PSI_FILES, psi_files, strict=True):
                 psi_facts(f"psi.{resource}", read(name), facts)
+        if memory_due:
+            mem_stat = read(stat_file)
+            if mem_stat is not None:
+                return True, memory_facts(parse_stat_keys(mem_stat, _V2_STAT), _int(read(current_file)))
+        return text is not None, None
+
+
+def _ints(texts: list[str | None]) -> list[int | None]:
+    """Integers of one-integer files; C-level ``map`` when every file was read and well formed."""
+    try:
+        return list(map(int, texts))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return [_int(t) for t in texts]
+
+
+def _int(text: str | None) -> int | None:
+    """A file holding one integer; ``int`` itself skips the trailing newline."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 class _Seen:
@@ -316,13 +375,44 @@ class _Seen:
         self.value: str | None = None
 
 
+Pair = tuple[str, str]
+
+
+class _Layout:
+    """The pairs of one ``observe`` list, grouped once: by path (to build the output) and by the tick
+    they are due in (so a staggered tick touches only its share)."""
+
+    __slots__ = ("buckets", "every", "groups", "pairs")
+
+    def __init__(self, pairs: Sequence[Pair], every: int, seen: Mapping[Pair, _Seen]) -> None:
+        self.pairs = pairs
+        self.every = every
+        self.groups: dict[str, list[tuple[str, _Seen]]] = {}
+        self.buckets: list[list[tuple[Pair, _Seen]]] = [[] for _ in range(every)]
+        for pair in pairs:
+            s = seen[pair]
+            group = self.groups.setdefault(pair[0], [])
+            if all(f != pair[1] for f, _ in group):
+                group.append((pair[1], s))
+                # due when (tick + phase) % every == 0
+                self.buckets[-s.phase % every].append((pair, s))
+
+
 class Observer:
     """Current values of (cgroup path, file) pairs, stripped, for the planner's diff.
 
     Files that do not exist (cpu.idle before Linux 5.15, a cgroup that just vanished) are absent.
-    With ``every`` > 1 each pair is re-read every ``every`` ticks (staggered by path) and its last
-    value is reported in between; ``note`` records what qosd itself just wrote, so a write is never
-    followed by a stale observation that would plan it again. The default re-reads every tick."""
+    With ``every`` > 1 each pair is re-read every ``every`` ticks (staggered by path: a cgroup's files
+    are read together) and its last value is reported in between. So a value changed behind qosd's
+    back is seen within ``every`` ticks. ``note`` records what qosd itself just wrote, so a write is
+    never followed by a stale observation that would plan it again; ``invalidate`` makes a pair due
+    at the next tick (a write that failed or found the cgroup gone: the kernel's value is unknown).
+    A pair seen for the first time is read at once. The default re-reads every tick.
+
+    A steady tick costs its due reads plus a copy of the path index: the grouping of the pairs is
+    kept while the caller hands over the same list object (the collector does while workloads and
+    tracked files are unchanged; a tuple, as a list could have changed in place), and a path's values
+    are rebuilt only when one of them changed."""
 
     def __init__(
         self,
@@ -337,49 +427,102 @@ class Observer:
         # The cgroup adapter's observe(): reads the host files of logical names (cpu.shares on a v2
         # host reads cpu.weight) so the planner compares like with like. Without it: names as given.
         self.translate = translate
-        self._seen: dict[tuple[str, str], _Seen] = {}
+        self._seen: dict[Pair, _Seen] = {}
+        self._layout: _Layout | None = None
+        self._forced: dict[Pair, _Seen] = {}  # due at the next observe whatever their phase
+        self._dirty: set[str] = set()  # paths whose values changed since ``_out`` was built
+        self._out: dict[str, dict[str, str]] = {}
+        self._view: Mapping[str, Mapping[str, str]] = MappingProxyType(self._out)
 
     def note(self, path: str, file: str, value: str) -> None:
         seen = self._seen.get((path, file))
         if seen is not None:
-            seen.value = value.strip()
+            text = value.strip()
+            if text != seen.value:
+                seen.value = text
+                self._dirty.add(path)
 
-    def observe(self, pairs: Sequence[tuple[str, str]], tick: int = 0) -> dict[str, dict[str, str]]:
-        known = self._seen
-        read = self.reader.read
+    def invalidate(self, path: str, file: str) -> None:
+        """Read this pair at the next observe (its last value stays reported until then)."""
+        seen = self._seen.get((path, file))
+        if seen is not None:
+            self._forced[path, file] = seen
+
+    def observe(self, pairs: Sequence[Pair], tick: int = 0) -> Mapping[str, Mapping[str, str]]:
         every = max(self.every, 1)
-        out: dict[str, dict[str, str]] = {}
-        count = 0
-        due: list[tuple[tuple[str, str], _Seen]] = []
+        layout = self._layout
+        if layout is None or layout.pairs is not pairs or layout.every != every or isinstance(pairs, list):
+            layout = self._relayout(pairs, every)
+        due = self._forced
+        self._forced = {}
+        if every == 1:
+            for group_path, group in layout.groups.items():
+                for file, seen in group:
+                    due[group_path, file] = seen
+        else:
+            for pair, seen in layout.buckets[tick % every]:
+                due[pair] = seen
+        if due:
+            self._read(due)
+        if self._dirty:
+            out = dict(self._out)
+            groups = layout.groups
+            for path in self._dirty:
+                values = {f: s.value for f, s in groups.get(path, ()) if s.value is not None}
+                if values:
+                    out[path] = values
+                else:
+                    out.pop(path, None)
+            self._dirty.clear()
+            self._out = out
+            self._view = MappingProxyType(out)
+        # Never mutated once handed out: a changed path gets a new dict in a new outer one. So an
+        # unchanged observation is the same object as last tick's, which consumers may rely on.
+        return self._view
+
+    def _relayout(self, pairs: Sequence[Pair], every: int) -> _Layout:
+        """Group a new list of pairs; pairs seen before keep their values, new ones are read now,
+        pairs no longer asked are forgotten."""
+        known = self._seen
+        seen: dict[Pair, _Seen] = {}
+        phases: dict[str, int] = {}
         for pair in pairs:
-            count += 1
-            seen = known.get(pair)
-            if seen is None:
-                phase = zlib.crc32(pair[0].encode()) % every if every > 1 else 0
-                seen = known[pair] = _Seen(self.fs.file(*pair), phase)
-                due.append((pair, seen))
-            elif every == 1 or (tick + seen.phase) % every == 0:
-                due.append((pair, seen))
-        if self.translate is not None and due:
+            path = pair[0]
+            phase = phases.get(path)
+            if phase is None:
+                phase = phases[path] = zlib.crc32(path.encode()) % every if every > 1 else 0
+            s = known.get(pair)
+            if s is None:
+                s = _Seen(self.fs.file(*pair), phase)
+                self._forced[pair] = s  # first sight: read now
+            s.phase = phase
+            seen[pair] = s
+        self._seen = seen
+        self._forced = {p: s for p, s in self._forced.items() if p in seen}
+        layout = self._layout = _Layout(pairs, every, seen)
+        # Rebuild the output for the paths asked now (and drop those no longer asked).
+        self._out = {}
+        self._view = MappingProxyType(self._out)
+        self._dirty = set(layout.groups)
+        return layout
+
+    def _read(self, due: Mapping[Pair, _Seen]) -> None:
+        dirty = self._dirty
+        if self.translate is not None:
             asked: dict[str, list[str]] = {}
-            for (path, file), _ in due:
+            for path, file in due:
                 asked.setdefault(path, []).append(file)
             found = self.translate(asked)
-            for (path, file), seen in due:
-                seen.value = found.get(path, {}).get(file)
-        else:
-            for _, seen in due:
-                text = read(seen.file)
-                seen.value = text.strip() if text is not None else None
-        for pair in pairs:
-            seen = known[pair]
-            if seen.value is not None:
-                values = out.get(pair[0])
-                if values is None:
-                    values = out[pair[0]] = {}
-                values[pair[1]] = seen.value
-        if len(known) > 2 * count + 64:  # workloads came and went: forget them
-            wanted = set(pairs)
-            for pair in [p for p in known if p not in wanted]:
-                del known[pair]
-        return out
+            for (path, file), s in due.items():
+                value = found.get(path, NO_VALUES).get(file)
+                if value != s.value:
+                    s.value = value
+                    dirty.add(path)
+            return
+        read = self.reader.read
+        for (path, _), s in due.items():
+            text = read(s.file)
+            value = text.strip() if text is not None else None
+            if value != s.value:
+                s.value = value
+                dirty.add(path)

@@ -27,7 +27,11 @@ per tick: ``collect()``; on a new policy generation ``use_policy(policy, class_o
 
 Cost: a tick reads about four small files per workload (CPU counter, two memory files, the observed
 cpuset). For hundreds of workloads ``memory_every`` and ``observe_every`` stagger the memory files
-and the observed files over several ticks, each cgroup on its own phase so the work stays even.
+and the observed files over several ticks, each cgroup on its own phase so the work stays even (the
+daemon's settings and the bound they give are in docs/standalone.md, "What a tick costs"). The
+default reader keeps pseudo-files open between ticks (``PinnedReader``). While the workload objects
+and the tracked files are unchanged, the list of cgroups sampled and of files observed is the same
+tuple as last tick, which lets the sampler and the Observer skip regrouping them.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from engine.config.conditions import comparisons
 from engine.config.policy import Policy
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
 from engine.sources.cgroupfs import CgroupFS, CgroupMetrics, CgroupOptions, Observer
-from engine.sources.files import Reader, TickReader
+from engine.sources.files import PinnedReader, Reader, TickReader
 from engine.sources.procfs import ProcSource, psi_facts
 from engine.sources.sysfs import TopologySource
 
@@ -298,7 +302,7 @@ class NodeCollector:
     ) -> None:
         self.source = workloads
         self.cgroup = cgroup
-        self.reader = TickReader(reader)
+        self.reader = TickReader(reader if reader is not None else PinnedReader())
         self.options = options
         self.clock = clock
         self.monotonic = monotonic
@@ -308,6 +312,12 @@ class NodeCollector:
         self.proc = ProcSource(self.reader, procfs, sysfs, page_size, hz)
         self.ticks = 0
         self._tracked: dict[tuple[str, str], int] = {}
+        self._tracked_version = 0  # bumped when a pair starts or stops being tracked
+        self._oldest_track = 0  # no tracked pair was last tracked before this tick
+        # The observed pairs and the cgroup paths sampled, kept while workloads and tracking stay
+        # the same (the Observer recognizes an unchanged list by identity).
+        self._pairs: tuple[Any, tuple[tuple[str, str], ...]] | None = None
+        self._sampled: tuple[Any, tuple[str, ...]] | None = None
         self._class_of: ClassOf | None = None
         self._needs: frozenset[str] = frozenset()
         self._stores: dict[str, WindowStore] = {}
@@ -373,12 +383,21 @@ class NodeCollector:
         """Observe these (cgroup path, file) pairs in the next snapshots (e.g. the files the last
         plan manages), so the planner diffs against the kernel and a steady state writes nothing."""
         tick = self.ticks
+        tracked = self._tracked
+        before = len(tracked)
         for pair in pairs:
-            self._tracked[pair] = tick
+            tracked[pair] = tick
+        if len(tracked) != before:
+            self._tracked_version += 1
 
     def note_written(self, path: str, file: str, value: str) -> None:
         """The adapter wrote ``value``: report it until the file is re-read (with observe_every > 1)."""
         self.observer.note(path, file, value)
+
+    def reread(self, path: str, file: str) -> None:
+        """Read this file again at the next tick (a write failed or found its cgroup gone, so what
+        the kernel holds is not what qosd asked for and must not wait for the stagger)."""
+        self.observer.invalidate(path, file)
 
     def refresh_topology(self) -> bool:
         """Re-read the topology (CPU hotplug); True if it changed, which resets the CPU counters."""
@@ -396,8 +415,7 @@ class NodeCollector:
         self.reader.begin_tick()
         now = self.monotonic()
         self.proc.sample(self.topology_source.topology, now)
-        paths = [p for w in self.source.workloads() for p in self._paths(w)]
-        self.cgroups.sample(paths, now, self.ticks)
+        self.cgroups.sample(self._sampled_paths(self.source.workloads()), now, self.ticks)
 
     def collect(self) -> Snapshot:
         self.reader.begin_tick()
@@ -413,11 +431,7 @@ class NodeCollector:
             for resource in ("cpu", "memory", "io"):
                 psi_facts(f"workload_psi.{resource}", self.reader.read(f"{base}/{resource}.pressure"), node)
         workloads = self.source.workloads()
-
-        paths: list[str] = []
-        for w in workloads:
-            paths.extend(self._paths(w))
-        per_cgroup = self.cgroups.sample(paths, now, tick)
+        per_cgroup = self.cgroups.sample(self._sampled_paths(workloads), now, tick)
         pods: dict[str, dict[str, Any]] = {}
         containers: dict[str, dict[str, Any]] = {}
         pod_usage = 0.0
@@ -471,13 +485,22 @@ class NodeCollector:
             cgroup_version=self.cgroup.version,
         )
 
-    def _paths(self, w: Workload) -> list[str]:
-        out = [w.cgroup_path] if w.cgroup_path else []
-        if self.read_containers:
-            out.extend(
-                c.cgroup_path for c in w.containers if c.cgroup_path and c.cgroup_path != w.cgroup_path
-            )
-        return out
+    def _sampled_paths(self, workloads: tuple[Workload, ...]) -> tuple[str, ...]:
+        """The cgroups to sample: each pod's, and its containers' when the policy reads them."""
+        key = (workloads, self.read_containers)
+        cached = self._sampled
+        if cached is not None and cached[0][0] is workloads and cached[0][1] == key[1]:
+            return cached[1]
+        out: list[str] = []
+        for w in workloads:
+            if w.cgroup_path:
+                out.append(w.cgroup_path)
+            if self.read_containers:
+                out.extend(
+                    c.cgroup_path for c in w.containers if c.cgroup_path and c.cgroup_path != w.cgroup_path
+                )
+        self._sampled = (key, tuple(out))
+        return self._sampled[1]
 
     def _classes(
         self, workloads: tuple[Workload, ...], pods: Mapping[str, Mapping[str, Any]], now: float, tick: int
@@ -520,7 +543,20 @@ class NodeCollector:
                 out.setdefault(name, {})[rest] = value
         return out
 
-    def _observed_pairs(self, workloads: tuple[Workload, ...], tick: int) -> list[tuple[str, str]]:
+    def _observed_pairs(self, workloads: tuple[Workload, ...], tick: int) -> tuple[tuple[str, str], ...]:
+        """The observed files of every workload plus the tracked ones; the same list object while
+        neither changed."""
+        ttl = self.options.track_ttl
+        if tick - self._oldest_track > ttl:  # else nothing can have expired: skip the scan
+            expired = [pair for pair, last in self._tracked.items() if tick - last > ttl]
+            if expired:
+                for pair in expired:
+                    del self._tracked[pair]
+                self._tracked_version += 1
+            self._oldest_track = min(self._tracked.values(), default=tick)
+        cached = self._pairs
+        if cached is not None and cached[0][0] is workloads and cached[0][1] == self._tracked_version:
+            return cached[1]
         files = self.options.observed_files
         pairs: dict[tuple[str, str], None] = {}
         for w in workloads:
@@ -531,10 +567,8 @@ class NodeCollector:
                 if c.cgroup_path and not c.init:
                     for f in files:
                         pairs[(c.cgroup_path, f)] = None
-        ttl = self.options.track_ttl
-        expired = [pair for pair, last in self._tracked.items() if tick - last > ttl]
-        for pair in expired:
-            del self._tracked[pair]
         for pair in self._tracked:
             pairs[pair] = None
-        return list(pairs)
+        out = tuple(pairs)
+        self._pairs = ((workloads, self._tracked_version), out)
+        return out
