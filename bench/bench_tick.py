@@ -212,6 +212,14 @@ def measure(
     return out
 
 
+def reference_loop_ms() -> float:
+    t0 = time.perf_counter()
+    acc = 0
+    for i in range(3_000_000):
+        acc += i
+    return (time.perf_counter() - t0) * 1e3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -226,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     backends = args.backends.split(",")
+    ref_before = reference_loop_ms()
     rows = []
     for cpus, numa, n in SIZES:
         ticks = max(args.ticks // (4 if n >= 2000 else 1), 20)
@@ -248,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{b2['conditions'] / a['conditions']:.1f}x")
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
+    ref_after = reference_loop_ms()
+    table += (
+        f"\n\nReference loop (3M additions, to read this shared VM's speed): {ref_before:.0f} ms before, "
+        f"{ref_after:.0f} ms after the run; this VM swings up to 2x between minutes, so compare rows of "
+        "one run, and readings of different runs only with their reference loops."
+    )
     print(table)
     if args.write:
         commit = subprocess.run(

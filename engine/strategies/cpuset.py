@@ -36,6 +36,9 @@ def _proxy(d: dict[int, tuple[int, ...]]) -> Mapping[int, tuple[int, ...]]:
     return MappingProxyType(d)
 
 
+_LAST_INDEXED: list[tuple[Topology, CpuDetails]] = []  # the last topology indexed, and its index
+
+
 @dataclass(frozen=True)
 class CpuDetails:
     """Per-NUMA, per-socket, per-core and per-L3 CPU lists of one topology, built once.
@@ -67,7 +70,18 @@ class CpuDetails:
 
     @classmethod
     def of(cls, topology: Topology) -> CpuDetails:
-        """Index a topology. Only NUMA nodes that hold CPUs count (memory-only nodes cannot run work)."""
+        """Index a topology. Only NUMA nodes that hold CPUs count (memory-only nodes cannot run work).
+
+        Topologies are frozen and sources hand back the same object every tick, so the last index is
+        kept and returned for the same object."""
+        if _LAST_INDEXED and _LAST_INDEXED[0][0] is topology:
+            return _LAST_INDEXED[0][1]
+        details = cls._of(topology)
+        _LAST_INDEXED[:] = [(topology, details)]
+        return details
+
+    @classmethod
+    def _of(cls, topology: Topology) -> CpuDetails:
         by_core: dict[tuple[int, int], list[int]] = {}
         rows: list[tuple[int, int, int, int]] = []
         for c in sorted(topology.cpus, key=lambda c: c.id):
