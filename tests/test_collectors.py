@@ -1271,9 +1271,14 @@ def test_real_cgroup_v1_usage_of_a_busy_process() -> None:
     try:
         for d in dirs:
             d.mkdir(parents=True)
-        proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        # The child allocates only after it is inside: v1 does not move pages charged before a move.
+        busy = "import sys; sys.stdin.readline(); block = bytearray(8 << 20)\nwhile True: pass"
+        proc = subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE)
         for d in dirs:
             (d / "cgroup.procs").write_text(str(proc.pid))
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
         collector = standalone_collector(roots=[f"{name}/*"])
         collector.prime()
         time.sleep(0.5)
