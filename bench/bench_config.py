@@ -54,6 +54,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.results import write_section
 from bench.synthetic import synthetic_policy
 from engine.config.errors import PolicyError
 from engine.config.load import clear_caches
@@ -647,19 +648,7 @@ def verdict(cases: list[Case]) -> str:
 
 
 def write_results(section: str) -> None:
-    """Replace (or append) our section of bench/RESULTS.md, leaving other sections alone."""
-    text = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else "# Benchmark results\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.strip() == SECTION), None)
-    if start is None:
-        new = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        tail = "".join(lines[end:])
-        new = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
-    tmp = RESULTS.with_suffix(".md.tmp")
-    tmp.write_text(new, encoding="utf-8")
-    os.replace(tmp, RESULTS)
+    write_section(SECTION, section, RESULTS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.results import write_section
 from engine.demo import CONTROLLERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,15 +171,7 @@ def main() -> None:
     )
     print(section)
     if args.write:
-        path = ROOT / "bench/RESULTS.md"
-        text = path.read_text()
-        if HEAD in text:
-            before, _, rest = text.partition(HEAD)
-            nxt = rest.find("\n## ")
-            text = before + section + (rest[nxt + 1 :] if nxt >= 0 else "")
-        else:
-            text = text.rstrip() + "\n\n" + section
-        path.write_text(text)
+        write_section(HEAD, section)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from bench.results import write_section
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
@@ -292,15 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             "the rest of a tick (fact views, classification, strategies, planning) is shared code."
             "\n\n" + table + "\n"
         )
-        path = ROOT / "bench/RESULTS.md"
-        text = path.read_text() if path.exists() else "# Benchmark results\n"
-        if heading in text:
-            start = text.index(heading)
-            end = text.find("\n## ", start + 1)
-            text = text[:start] + section + (text[end:] if end != -1 else "")
-        else:
-            text = text.rstrip() + "\n\n" + section
-        path.write_text(text)
+        write_section(heading, section)
     return 0
 
 

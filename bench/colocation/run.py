@@ -30,9 +30,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.results import write_section
 from engine.demo import DemoCgroups, Load, Run, run
 
 ROOT = Path(__file__).resolve().parents[2]
+HEAD = "## Colocation on real cgroups (issue 5)"
 
 
 def report(scenarios: dict[str, Run], cpus: int) -> dict[str, Any]:
@@ -56,7 +58,7 @@ def report(scenarios: dict[str, Run], cpus: int) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any], command: str) -> str:
     lines = [
-        "## Colocation on real cgroups (issue 5)",
+        HEAD,
         "",
         f"Command: `{command}` (as root; cgroup v1 hierarchy)",
         "",
@@ -86,18 +88,6 @@ def markdown(result: dict[str, Any], command: str) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    head = "## Colocation on real cgroups (issue 5)"
-    if head in text:
-        before, _, rest = text.partition(head)
-        nxt = rest.find("\n## ")
-        text = before + section + (rest[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    path.write_text(text)
 
 
 def main() -> None:
@@ -134,7 +124,7 @@ def main() -> None:
     section = markdown(result, "python -m bench.colocation.run " + " ".join(sys.argv[1:]))
     print(section)
     if args.write:
-        write_section(ROOT / "bench/RESULTS.md", section)
+        write_section(HEAD, section)
 
 
 if __name__ == "__main__":
