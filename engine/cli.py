@@ -16,7 +16,7 @@ from engine import __version__, daemon, demo, explain, ruletest, simulate
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
-from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, validate
+from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels, validate
 from engine.config.schema_check import schema_problems
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
@@ -45,14 +45,7 @@ def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()
                 [Problem(Location(str(path), 1, 1), "a node file holds exactly one YAML mapping")]
             )
         node = _node_from_document(docs[0])
-    extra: dict[str, str] = {}
-    for item in labels:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--label expects key=value, got {item!r}")
-        extra[key] = value
-    if profile:
-        extra[PROFILE_LABEL] = profile
+    extra = node_labels(labels, profile)
     return node.with_labels(extra) if extra else node
 
 

@@ -55,7 +55,7 @@ from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
 from engine.config.errors import PolicyError, UsageError
-from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
+from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.model.facts import Snapshot
@@ -621,17 +621,8 @@ class CollectorSource:
             self.adapter.weight_formula = engine.policy.weight_formula
 
     def observe(self, wanted: Mapping[str, Sequence[str]]) -> Mapping[str, Mapping[str, str]]:
-        observer = self.collector.observer
-        if observer.translate is not None:
-            return observer.translate(wanted)
-        reader = observer.reader  # the untranslated fallback: names as given
-        out: dict[str, dict[str, str]] = {}
-        for path, files in wanted.items():
-            for file in files:
-                text = reader.read(observer.fs.file(path, file))
-                if text is not None:
-                    out.setdefault(path, {})[file] = text.strip()
-        return out
+        # The adapter reads the host files of logical names, exactly as it will compare on write.
+        return self.adapter.observe(wanted) if self.adapter is not None else {}
 
     def applied(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
         self.collector.track(
@@ -649,24 +640,12 @@ class CollectorSource:
                 self.collector.reread(op.path, op.file)
 
 
-def _labels(pairs: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--label {pair!r}: write it as key=value")
-        out[key] = value
-    return out
-
-
 def build_standalone(args: argparse.Namespace) -> Daemon:
     """``qosd run`` without Kubernetes: cgroups under --cgroup-root are the workloads."""
     interval = parse_duration(args.interval)
     if interval <= 0:
         raise UsageError(f"--interval {args.interval}: must be longer than 0")
-    labels = _labels(args.label)
-    if args.profile:
-        labels[PROFILE_LABEL] = args.profile
+    labels = node_labels(args.label, args.profile)
     if args.workloads is not None and not args.workloads.is_file():
         raise UsageError(f"--workloads {args.workloads}: no such file")
     # Observed files stay open between ticks (one pread each); see engine/sources/files.py.

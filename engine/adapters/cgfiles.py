@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from engine.model.units import parse_cpuset
+from engine.model.units import int_or_none, parse_cpuset
 from engine.strategies.knobs import (
     SHARES_MAX,
     SHARES_MIN,
@@ -116,18 +116,11 @@ def host_files(file: str, version: int) -> tuple[str, ...]:
 # ---------------------------------------------------------------- comparing by meaning
 
 
-def _int(text: str) -> int | None:
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
 def _memory(text: str) -> object:
     t = text.strip()
     if t in (V1_UNLIMITED, V2_UNLIMITED):
         return V2_UNLIMITED
-    n = _int(t)
+    n = int_or_none(t)
     if n is None or n < 0:
         return t
     if n >= UNLIMITED_BYTES:
@@ -140,10 +133,10 @@ def _cpu_max(text: str) -> tuple[object, int | None]:
     if not fields:
         return ("", None)
     quota: object = fields[0]
-    n = _int(fields[0])
+    n = int_or_none(fields[0])
     if n is not None:
         quota = V2_UNLIMITED if n < 0 else n
-    period = _int(fields[1]) if len(fields) > 1 else None
+    period = int_or_none(fields[1]) if len(fields) > 1 else None
     return quota, period
 
 
@@ -158,15 +151,15 @@ def canonical(file: str, text: str) -> object:
     if file in MEMORY_LIMIT_FILES:
         return _memory(t)
     if file == "cpu.shares":
-        n = _int(t)
+        n = int_or_none(t)
         return t if n is None or n < 0 else min(max(n, SHARES_MIN), SHARES_MAX)
     if file == "cpu.cfs_quota_us":
-        n = _int(t)
+        n = int_or_none(t)
         return t if n is None else (-1 if n < 0 else n)
     if file == "cpu.max":
         return _cpu_max(t)
     if file in INTEGER_FILES:
-        n = _int(t)
+        n = int_or_none(t)
         return t if n is None else n
     return t
 
@@ -190,7 +183,7 @@ def _quota_v1(text: str) -> str:
     t = text.strip()
     if t == V2_UNLIMITED:
         return V1_UNLIMITED
-    if _int(t) is None:
+    if int_or_none(t) is None:
         raise TranslationError(f"CPU quota {text!r} is not a number of microseconds or 'max'")
     return t
 
@@ -198,7 +191,7 @@ def _quota_v1(text: str) -> str:
 def _ratio(quota: str | None, period: str | None) -> float:
     """The CPU share a (quota, period) pair allows; unlimited counts as 0 because the kernel never
     rejects an unlimited child, only a child above a limited parent."""
-    q, p = _int(quota or ""), _int(period or "")
+    q, p = int_or_none(quota or ""), int_or_none(period or "")
     if q is None or q < 0 or not p:
         return 0.0
     return q / p
@@ -240,12 +233,12 @@ def _host_values(
                 raise TranslationError(f"cpu.max {value!r} is not '<quota|max> [<period>]'")
             out = [("cpu.cfs_quota_us", _quota_v1(fields[0]))]
             if len(fields) == 2:
-                if _int(fields[1]) is None:
+                if int_or_none(fields[1]) is None:
                     raise TranslationError(f"cpu.max period {fields[1]!r} is not a number of microseconds")
                 out.append(("cpu.cfs_period_us", fields[1]))
             return out
         if file == "cpu.weight":
-            weight = _int(text)
+            weight = int_or_none(text)
             if weight is None or not WEIGHT_MIN <= weight <= WEIGHT_MAX:
                 raise TranslationError(
                     f"cpu.weight {value!r} is not an integer in [{WEIGHT_MIN}, {WEIGHT_MAX}]; "
@@ -256,20 +249,20 @@ def _host_values(
             return [("memory.limit_in_bytes", V1_UNLIMITED if text == V2_UNLIMITED else text)]
         return [(V2_TO_V1.get(file, file), text)]
     if file == "cpu.cfs_quota_us":
-        n = _int(text)
+        n = int_or_none(text)
         if n is None:
             raise TranslationError(f"cpu.cfs_quota_us {value!r} is not an integer; cannot write cpu.max")
         quota = V2_UNLIMITED if n < 0 else str(n)
         period = _cpu_max(current.get("cpu.max") or "")[1]
         return [("cpu.max", f"{quota} {period}" if period is not None else quota)]
     if file == "cpu.cfs_period_us":
-        if _int(text) is None:
+        if int_or_none(text) is None:
             raise TranslationError(f"cpu.cfs_period_us {value!r} is not an integer; cannot write cpu.max")
         fields = (current.get("cpu.max") or "").split()
         quota_text = fields[0] if fields else V2_UNLIMITED
         return [("cpu.max", f"{quota_text} {text}")]
     if file == "cpu.shares":
-        shares = _int(text)
+        shares = int_or_none(text)
         if shares is None or shares < 0:
             raise TranslationError(
                 f"cpu.shares {value!r} is not a non-negative integer; cannot convert it to cpu.weight "
@@ -299,10 +292,10 @@ def from_host(
     raw = [t.strip() for t in texts if t is not None]
     if version == 1:
         if file == "cpu.max":
-            q = _int(raw[0])
+            q = int_or_none(raw[0])
             return f"{V2_UNLIMITED if q is not None and q < 0 else raw[0]} {raw[1]}"
         if file == "cpu.weight":
-            shares = _int(raw[0])
+            shares = int_or_none(raw[0])
             return raw[0] if shares is None else str(shares_to_weight(shares, formula))
         return _plain(file, raw[0])
     if file in CPU_MAX_PARTS:
@@ -311,7 +304,7 @@ def from_host(
             return V1_UNLIMITED if fields and fields[0] == V2_UNLIMITED else (fields[0] if fields else "")
         return fields[1] if len(fields) > 1 else ""
     if file == "cpu.shares":
-        weight = _int(raw[0])
+        weight = int_or_none(raw[0])
         return raw[0] if weight is None else str(weight_to_shares(weight, formula))
     return _plain(file, raw[0])
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.compile import check_and_compile, document_problems
-from engine.config.errors import Location, PolicyError, Problem
+from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import Document, JsonPath, Layer, Marks, expand_paths, json_path, read_file
 from engine.config.merge import Merged, Rendered, conflicts, merge
 from engine.config.policy import Policy
@@ -347,3 +347,16 @@ def _unique(problems: list[Problem]) -> list[Problem]:
     for p in problems:
         seen.setdefault((p.location, p.message), p)
     return sorted(seen.values(), key=lambda p: p.location)
+
+
+def node_labels(items: Iterable[str], profile: str | None = None) -> dict[str, str]:
+    """Extra node labels from ``--label key=value`` options, plus the profile label if one is named."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--label expects key=value, got {item!r}")
+        out[key] = value
+    if profile:
+        out[PROFILE_LABEL] = profile
+    return out

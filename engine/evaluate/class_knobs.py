@@ -62,6 +62,7 @@ from engine.evaluate.context import Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES
 from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
+from engine.model.units import int_or_none
 from engine.strategies.knobs import (
     DEFAULT_WEIGHT_FORMULA,
     IGNORE_OOM_PRIORITY,
@@ -556,7 +557,7 @@ class ClassKnobStep:
         out: list[CgroupIntent] = []
         for i, ctr in enumerate(containers):
             observed = quotas[i] if i < len(quotas) else None
-            quota = _int_or_none(observed)
+            quota = int_or_none(observed)
             if quota is None:
                 limit = ctr.limits.get("cpu")
                 quota = milli_cpu_to_quota(cores_to_milli(limit)) if limit else -1
@@ -706,12 +707,3 @@ def _node_allocatable(plan: _ClassPlan, node: Mapping[str, Any]) -> Any:
 
 def _bytes(value: float | None) -> int | None:
     return None if value is None else int(value)
-
-
-def _int_or_none(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None

@@ -25,7 +25,7 @@ from engine.evaluate.classify import Classifier
 from engine.evaluate.factview import ACTIVE_PHASES
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
-from engine.model.units import format_cpuset, parse_cpuset
+from engine.model.units import format_cpuset, int_or_none, parse_cpuset
 from engine.strategies.cpuset import CpuDetails
 from engine.strategies.pools import CpuDemand, Key, PoolPlan, PoolSpec, allocate
 
@@ -147,7 +147,7 @@ class PoolStep:
                         numa_binding=bound,
                         numa_exclusive=bool(c.effects.get("cpu.numaExclusive", False)),
                         numa_ids=numa_ids,
-                        numa_number=_int(c.effects.get("cpu.numaNumber")),
+                        numa_number=int_or_none(c.effects.get("cpu.numaNumber")),
                         full_pcpus_pairing=bool(c.effects.get("cpu.fullPCPUsPairing", False)),
                         distribute_evenly_across_numa=bool(
                             c.effects.get("cpu.distributeEvenlyAcrossNuma", False)
@@ -224,13 +224,6 @@ class PoolStep:
             conditions=(),
             inputs=MappingProxyType({"pool": pool, "cpus": len(cpus)}),
         )
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
 
 
 def pool_cpus(plan: PoolPlan | None, w: Workload) -> frozenset[int] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -90,3 +91,14 @@ def parse_cpuset(text: str) -> frozenset[int]:
             raise ValueError(f"range {part!r} in cpuset {text!r} runs backwards")
         out.update(range(a, b + 1))
     return frozenset(out)
+
+
+def int_or_none(value: Any) -> int | None:
+    """An integer from file text (surrounding whitespace allowed) or a number; None when absent or
+    not an integer. Cgroup and proc files are read raw, and a garbled one must not stop a tick."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -39,6 +39,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from engine.model.units import int_or_none
 from engine.sources.files import Reader, read_many
 from engine.sources.procfs import psi_facts, rate
 
@@ -315,7 +316,7 @@ class CgroupMetrics:
         facts when due and readable."""
         read = self.reader.read
         usage_file, cpu_stat_file = prev.files[:2]
-        counter = _int(read(usage_file))
+        counter = int_or_none(read(usage_file))
         self._cpu_rate(prev, now, counter, 1e9, facts)
         if self.options.throttling:
             text = read(cpu_stat_file)
@@ -329,7 +330,7 @@ class CgroupMetrics:
         stat = read(prev.files[2])
         if stat is None:
             return None
-        return memory_facts(parse_stat_keys(stat, _V1_STAT), _int(read(prev.files[3])))
+        return memory_facts(parse_stat_keys(stat, _V1_STAT), int_or_none(read(prev.files[3])))
 
     def _v2(self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool) -> Sampled:
         read = self.reader.read
@@ -344,7 +345,8 @@ class CgroupMetrics:
         if memory_due:
             mem_stat = read(stat_file)
             if mem_stat is not None:
-                return True, memory_facts(parse_stat_keys(mem_stat, _V2_STAT), _int(read(current_file)))
+                current = int_or_none(read(current_file))
+                return True, memory_facts(parse_stat_keys(mem_stat, _V2_STAT), current)
         return text is not None, None
 
 
@@ -353,17 +355,7 @@ def _ints(texts: list[str | None]) -> list[int | None]:
     try:
         return list(map(int, texts))  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return [_int(t) for t in texts]
-
-
-def _int(text: str | None) -> int | None:
-    """A file holding one integer; ``int`` itself skips the trailing newline."""
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+        return [int_or_none(t) for t in texts]
 
 
 class _Seen:

@@ -31,6 +31,7 @@ from itertools import repeat
 from typing import Protocol
 
 from engine.adapters.mounts import parse_mountinfo
+from engine.model.units import int_or_none
 
 CHUNK = 1 << 16
 PSEUDO_FILESYSTEMS = frozenset({"proc", "sysfs", "cgroup", "cgroup2"})
@@ -308,10 +309,4 @@ class TickReader:
 
 def read_int(reader: Reader, path: str) -> int | None:
     """A file holding one integer (``cpuacct.usage``, ``memory.current``, ``core_id``)."""
-    text = reader.read(path)
-    if text is None:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
+    return int_or_none(reader.read(path))
