@@ -31,38 +31,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.results import write_section
-from engine.demo import CONTROLLERS
+from engine.demo import DemoCgroups
 
 ROOT = Path(__file__).resolve().parents[1]
-CG = Path("/sys/fs/cgroup")
 NAME = "qosd-bench-daemon"
 HEAD = "## Daemon footprint (issue 5)"
 
 
+CGROUPS = DemoCgroups(NAME)
+
+
 def make(n: int) -> list[str]:
     names = [f"{'batch' if i % 2 else 'svc'}-{i:04d}" for i in range(n)]
-    for ctrl in CONTROLLERS:
-        base = CG / ctrl / NAME
-        base.mkdir(exist_ok=True)
-        if ctrl == "cpuset":
-            for f in ("cpuset.cpus", "cpuset.mems"):
-                (base / f).write_text((CG / ctrl / f).read_text().strip())
-        for name in names:
-            d = base / name
-            d.mkdir(exist_ok=True)
-            if ctrl == "cpuset":
-                for f in ("cpuset.cpus", "cpuset.mems"):
-                    (d / f).write_text((base / f).read_text().strip())
+    CGROUPS.create(names)
     return names
 
 
 def remove() -> None:
-    for ctrl in CONTROLLERS:
-        base = CG / ctrl / NAME
-        if base.exists():
-            for d in sorted((p for p in base.iterdir() if p.is_dir()), reverse=True):
-                d.rmdir()
-            base.rmdir()
+    CGROUPS.remove()
 
 
 def cpu_seconds(pid: int) -> float:

@@ -145,9 +145,9 @@ class DemoCgroups:
                 return f"{root / ctrl} is not writable"
         return None
 
-    def create(self) -> None:
+    def create(self, groups: Sequence[str] = GROUPS) -> None:
         for ctrl in CONTROLLERS:
-            for d in (self.dir(ctrl), *(self.dir(ctrl, g) for g in GROUPS)):
+            for d in (self.dir(ctrl), *(self.dir(ctrl, g) for g in groups)):
                 d.mkdir(exist_ok=True)
                 if ctrl == "cpuset":
                     for f in ("cpuset.cpus", "cpuset.mems"):
