@@ -155,13 +155,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    from engine.config.crd import build_crd
+    from engine.config.crd import build_node_status_crd, qosd_crds
 
-    crd = build_crd(load_schema("policy"))
+    crds = {
+        "all": qosd_crds,
+        "policy": lambda: qosd_crds()[:1],
+        "nodestatus": lambda: [build_node_status_crd()],
+    }[args.kind]()
     if args.output == "json":
-        print(json.dumps(crd, indent=2))
+        print(
+            json.dumps(
+                crds[0] if len(crds) == 1 else {"apiVersion": "v1", "kind": "List", "items": crds}, indent=2
+            )
+        )
     else:
-        sys.stdout.write(dump_yaml(crd))
+        sys.stdout.write("---\n".join(dump_yaml(c) for c in crds))
     return EXIT_OK
 
 
@@ -237,8 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.add_parser(sub)
     demo.add_parser(sub)
 
-    c = sub.add_parser("crd", help="print the QoSPolicy CustomResourceDefinition")
+    c = sub.add_parser("crd", help="print qosd's CustomResourceDefinitions (QoSPolicy, QoSNodeStatus)")
     c.add_argument("--output", choices=("yaml", "json"), default="yaml")
+    c.add_argument(
+        "--kind",
+        choices=("all", "policy", "nodestatus"),
+        default="all",
+        help="which CRD (default all: a multi-document YAML, or a v1 List in JSON)",
+    )
     c.set_defaults(func=cmd_crd)
     return parser
 

@@ -11,13 +11,15 @@ from typing import Any, Literal
 
 from engine.model.operations import Operation
 
-Status = Literal["applied", "unchanged", "vanished", "failed", "skipped"]
+Status = Literal["applied", "unchanged", "vanished", "failed", "skipped", "deferred"]
 """applied: written. unchanged: the kernel already held the value, nothing written. vanished: the
 target (cgroup, pid) went away between plan and write, which churn makes normal. failed: the kernel
 refused or the operation was refused before any write (path escape, bad value). skipped: nothing to
-do on this node (dry run, file or controller not offered, resctrl not mounted)."""
+do on this node (dry run, file or controller not offered, resctrl not mounted). deferred: the API
+refused for now and said to come back later (an eviction a PodDisruptionBudget blocks, HTTP 429);
+nothing happened, and the decision may be made again in a later round."""
 
-STATUSES: tuple[Status, ...] = ("applied", "unchanged", "vanished", "failed", "skipped")
+STATUSES: tuple[Status, ...] = ("applied", "unchanged", "vanished", "failed", "skipped", "deferred")
 
 
 @dataclass(frozen=True)
