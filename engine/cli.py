@@ -157,11 +157,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_crd(args: argparse.Namespace) -> int:
     from engine.config.crd import build_node_status_crd, qosd_crds
 
-    crds = {
-        "all": qosd_crds,
-        "policy": lambda: qosd_crds()[:1],
-        "nodestatus": lambda: [build_node_status_crd()],
-    }[args.kind]()
+    crds = qosd_crds()
+    if args.kind != "all":
+        crds = crds[:1] if args.kind == "policy" else [build_node_status_crd()]
     if args.output == "json":
         print(
             json.dumps(

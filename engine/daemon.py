@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -54,23 +54,22 @@ from engine.adapters.fsio import open_nofollow
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
-from engine.config.errors import PolicyError, UsageError
-from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels
+from engine.config.errors import UsageError
+from engine.config.pipeline import PROFILE_LABEL, node_labels
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.model.facts import Snapshot
 from engine.model.intents import CgroupIntent
-from engine.model.node import NodeInfo
-from engine.model.operations import Operation, WriteCgroup
+from engine.model.operations import EvictPod, Operation, WriteCgroup
 from engine.model.units import parse_duration
 from engine.plan.planner import Guards
+from engine.reload import PolicyLayer, ReloadConfig, Reloader
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import PinnedReader
 from engine.sources.standalone import standalone_collector
 from engine.tick import TickResult, plan_tick, run_tick
 
 API_VERSION = "qosd.io/v1alpha1"
-RULE_SUFFIXES = (".yaml", ".yml", ".json")
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 log = logging.getLogger("qosd")
@@ -94,6 +93,15 @@ class NodeSource(Protocol):
     def observe(self, wanted: Mapping[str, Sequence[str]]) -> Mapping[str, Mapping[str, str]]:
         """Read these cgroup files now (logical names), for files the snapshot did not carry."""
         ...
+
+
+class Service(Protocol):
+    """A background part the daemon starts before its first tick and stops after its last: watches,
+    watchers, status writers. ``wait_synced`` says whether its first view of the world is complete."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class OperationOutcome(Protocol):
@@ -127,6 +135,8 @@ class DaemonConfig:
     state_file: Path | None = None
     audit_log: Path | None = None
     listen: str | None = None  # host:port for /metrics, /healthz, /readyz
+    stat_files: bool = True  # stat rule files each tick; off when a file watcher reports changes
+    sync_timeout: float = 60.0  # longest wait for the first lists from the API server at start
 
 
 # ---------------------------------------------------------------- metrics
@@ -188,103 +198,6 @@ class Metrics:
         )
 
 
-# ---------------------------------------------------------------- policy generations
-
-
-def rule_files(paths: Sequence[Path]) -> Iterator[Path]:
-    for p in paths:
-        if p.is_dir():
-            yield from sorted(f for f in p.rglob("*") if f.suffix in RULE_SUFFIXES and f.is_file())
-        else:
-            yield p
-
-
-def fingerprint(paths: Sequence[Path]) -> tuple[tuple[str, int, int, int], ...]:
-    """Cheap change detection: a stat per rule file, no read. A missing file is part of the print."""
-    out = []
-    for f in rule_files(paths):
-        try:
-            st = f.stat()
-            out.append((str(f), st.st_ino, st.st_size, st.st_mtime_ns))
-        except OSError:
-            out.append((str(f), -1, -1, -1))
-    return tuple(out)
-
-
-def _node_key(node: NodeInfo) -> tuple[Any, ...]:
-    return (node.name, tuple(sorted(node.labels.items())), node.cpus, node.numa_count, node.memory)
-
-
-@dataclass(frozen=True)
-class ReloadOutcome:
-    result: str  # loaded | unchanged | failed
-    generation: int
-    policy_hash: str | None
-    error: str | None = None
-
-
-class Generations:
-    """The policy generation in effect, and how to replace it without ever dropping the last good one."""
-
-    def __init__(self, config: DaemonConfig, metrics: Metrics):
-        self.config = config
-        self.metrics = metrics
-        self.engine: Engine | None = None
-        self.generation = 0
-        self.last_error: str | None = None
-        self._key: Any = None
-
-    def refresh(self, node: NodeInfo) -> ReloadOutcome | None:
-        """Reload if the rule files or the node changed; None when nothing changed."""
-        node = node.with_labels(self.config.labels) if self.config.labels else node
-        key = (fingerprint(self.config.rules), _node_key(node))
-        if key == self._key:
-            return None
-        self._key = key  # a failing generation is reported once, not re-tried every tick
-        try:
-            policy = build_policy(load_documents(self.config.rules, builtin=self.config.builtin), node)
-        except PolicyError as exc:
-            self.last_error = exc.format()
-            self.metrics.reloads.labels("file", "failure").inc()
-            kept = self.engine.policy.hash[:12] if self.engine else "none"
-            log.error(
-                "policy rejected; keeping the last good generation",
-                extra={"fields": {"generation": self.generation, "kept": kept, "problems": self.last_error}},
-            )
-            return ReloadOutcome(
-                "failed", self.generation, self.engine.policy.hash if self.engine else None, self.last_error
-            )
-        if self.engine is not None and policy.hash == self.engine.policy.hash:
-            self.metrics.reloads.labels("file", "unchanged").inc()
-            self.last_error = None
-            return ReloadOutcome("unchanged", self.generation, policy.hash)
-        engine = Engine(policy, generation=self.generation + 1, backend=self.config.backend)
-        old, self.engine = self.engine, engine
-        self.generation += 1
-        self.last_error = None
-        if old is not None:
-            old.backend.close()
-        self.metrics.reloads.labels("file", "success").inc()
-        self.metrics.reload_success.set(time.time())
-        self.metrics.config_info.clear()
-        self.metrics.config_info.labels(str(self.generation), policy.hash[:12]).set(1)
-        log.info(
-            "policy generation loaded",
-            extra={
-                "fields": {
-                    "generation": self.generation,
-                    "hash": policy.hash[:12],
-                    "rules": len(policy.rules),
-                }
-            },
-        )
-        return ReloadOutcome("loaded", self.generation, policy.hash)
-
-    def close(self) -> None:
-        if self.engine is not None:
-            self.engine.backend.close()
-
-
 # ---------------------------------------------------------------- state and audit files
 
 
@@ -337,6 +250,23 @@ def _with_observed(snap: Snapshot, found: Mapping[str, Mapping[str, str]]) -> Sn
     for path, files in found.items():
         cgroups.setdefault(path, {}).update(files)
     return dataclasses.replace(snap, cgroups=cgroups)
+
+
+def _unrecord_refused(state: EngineState, outcomes: Sequence[OperationOutcome]) -> EngineState:
+    """Forget the evictions the API did not carry out (a PodDisruptionBudget's 429, an error), so the
+    pods are not counted as released and a later round may choose them again. The rule's firing
+    stays recorded, so its rate limits still count the attempt. No pod can be evicted twice: each
+    request carries the pod's UID as a precondition."""
+    refused = {
+        op.uid
+        for o in outcomes
+        if o.status in ("deferred", "failed") and isinstance(op := getattr(o, "op", None), EvictPod)
+    }
+    if not refused or not refused & state.evicting.keys():
+        return state
+    return dataclasses.replace(
+        state, evicting={uid: rec for uid, rec in state.evicting.items() if uid not in refused}
+    )
 
 
 def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> dict[str, Any] | None:
@@ -406,13 +336,33 @@ class Daemon:
         executor: Executor,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        policies: PolicyLayer | None = None,
+        labels: Callable[[], Mapping[str, str]] | None = None,
+        services: Sequence[Service] = (),
+        synced: Sequence[tuple[str, Callable[[float], bool]]] = (),
     ):
         self.config = config
         self.source = source
         self.executor = executor
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.generations = Generations(config, self.metrics)
+        self.reloader = Reloader(
+            ReloadConfig(
+                files=config.rules,
+                builtin=config.builtin,
+                backend=config.backend,
+                labels=config.labels,
+                stat_files=config.stat_files,
+            ),
+            policies=policies,
+            labels=labels,
+            on_reload=self._reloaded,
+        )
+        self._adopted: Engine | None = None
+        self.services = list(services)
+        self.synced = list(synced)  # (what, wait_synced): waited for before the first tick
+        self._started = False
         self.state = load_state(config.state_file)
         self.guards = Guards(dry_run=config.dry_run, eviction_burst=config.eviction_burst)
         self.stop = threading.Event()
@@ -421,6 +371,15 @@ class Daemon:
         self.last_error: str | None = None
         self._server: ThreadingHTTPServer | None = None
 
+    def _reloaded(self, source: str, result: str) -> None:
+        m = self.metrics
+        m.reloads.labels(source, {"loaded": "success", "failed": "failure"}.get(result, result)).inc()
+        engine = self.reloader.engine
+        if result == "loaded" and engine is not None:
+            m.reload_success.set(time.time())
+            m.config_info.clear()
+            m.config_info.labels(str(self.reloader.generation), engine.policy.hash[:12]).set(1)
+
     # -- one tick
 
     def tick(self) -> TickResult | None:
@@ -428,12 +387,14 @@ class Daemon:
         started = time.perf_counter()
         try:
             snap = self.source.collect()
-            outcome = self.generations.refresh(snap.node)
-            engine = self.generations.engine
-            if outcome is not None and outcome.result == "loaded" and engine is not None:
+            self.reloader.observe_node(snap.node)
+            engine = self.reloader.engine  # one read: a reload in another thread swaps it atomically
+            if engine is not self._adopted and engine is not None:
                 self.source.adopt(engine)
+                self._adopted = engine
+                self.reloader.retire()
             if engine is None:
-                self.last_error = self.generations.last_error or "no policy loaded"
+                self.last_error = self.reloader.last_error or "no policy loaded"
                 self.metrics.ticks.labels("no_policy").inc()
                 return None
             t0 = time.perf_counter()
@@ -448,7 +409,7 @@ class Daemon:
             if self.config.state_file is not None:
                 save_state(self.config.state_file, result.state, engine.generation, snap.time)
             outcomes = self.executor.apply(result.plan.operations)
-            self.state = result.state
+            self.state = _unrecord_refused(result.state, outcomes)
             self.source.applied(result, outcomes)
             self._account(result, outcomes, engine)
             self._audit(result, outcomes)
@@ -500,6 +461,7 @@ class Daemon:
             extra={"fields": {"interval": self.config.interval, "dryRun": self.config.dry_run}},
         )
         try:
+            self.start()
             next_at = self.clock()
             while not self.stop.is_set():
                 self.tick()
@@ -512,12 +474,39 @@ class Daemon:
                     delay = 0
                 self.stop.wait(delay)
         finally:
-            self.generations.close()
+            self.shutdown()
             if self._server is not None:
                 self._server.shutdown()
                 self._server.server_close()
             log.info("qosd stopped", extra={"fields": {"ticks": self.ticks}})
-        return 0 if self.generations.engine is not None else 1
+        return 0 if self.reloader.engine is not None else 1
+
+    def start(self, sync_timeout: float | None = None) -> None:
+        """Start the background services and wait (bounded) until their first lists are in, so the
+        first generation already holds the cluster's QoSPolicies and the first tick sees every pod
+        (a tick on an empty pod list would plan pools for nothing). Idempotent."""
+        if self._started:
+            return
+        self._started = True
+        for service in self.services:
+            service.start()
+        deadline = time.monotonic() + (self.config.sync_timeout if sync_timeout is None else sync_timeout)
+        for what, wait in self.synced:
+            if not wait(max(0.0, deadline - time.monotonic())) and not self.stop.is_set():
+                log.warning(
+                    "not synced with the API server yet; starting anyway, it will catch up",
+                    extra={"fields": {"what": what, "timeoutSeconds": self.config.sync_timeout}},
+                )
+
+    def shutdown(self) -> None:
+        """Stop the services (newest first) and close the engines. Idempotent."""
+        services, self.services = self.services, []
+        for service in reversed(services):
+            try:
+                service.stop()
+            except Exception:
+                log.exception("stopping a service failed", extra={"fields": {"service": repr(service)}})
+        self.reloader.close()
 
     def _install_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -540,11 +529,11 @@ class Daemon:
         return (age <= limit, f"last tick {age:.1f}s ago (limit {limit:g}s)")
 
     def ready(self) -> tuple[bool, str]:
-        if self.generations.engine is None:
-            return False, self.generations.last_error or "no policy generation loaded yet"
+        if self.reloader.engine is None:
+            return False, self.reloader.last_error or "no policy generation loaded yet"
         if self.ticks == 0:
             return False, "no tick completed yet"
-        return True, f"generation {self.generations.generation}"
+        return True, f"generation {self.reloader.generation}"
 
     def serve(self, listen: str) -> tuple[str, int]:
         """Start the HTTP endpoints in a background thread; returns the bound address."""
@@ -640,16 +629,59 @@ class CollectorSource:
                 self.collector.reread(op.path, op.file)
 
 
-def build_standalone(args: argparse.Namespace) -> Daemon:
-    """``qosd run`` without Kubernetes: cgroups under --cgroup-root are the workloads."""
+def _common(
+    args: argparse.Namespace, adapter: CgroupAdapter | None = None
+) -> tuple[float, dict[str, str], CgroupAdapter]:
     interval = parse_duration(args.interval)
     if interval <= 0:
         raise UsageError(f"--interval {args.interval}: must be longer than 0")
     labels = node_labels(args.label, args.profile)
+    if adapter is None:
+        # Observed files stay open between ticks (one pread each); see engine/sources/files.py.
+        adapter = CgroupAdapter.detect(args.cgroup_root, observe_reader=PinnedReader(open_nofollow))
+    return interval, labels, adapter
+
+
+def _config(
+    args: argparse.Namespace, interval: float, labels: Mapping[str, str], watch: bool
+) -> DaemonConfig:
+    return DaemonConfig(
+        rules=tuple(args.rules),
+        builtin=not args.no_builtin,
+        labels=labels,
+        interval=interval,
+        once=args.once,
+        dry_run=args.dry_run,
+        eviction_burst=args.eviction_burst,
+        backend=args.backend,
+        state_file=_state_file(args.state_file),
+        audit_log=args.audit_log,
+        listen=args.listen or None,
+        stat_files=not watch,
+        sync_timeout=parse_duration(args.sync_timeout),
+    )
+
+
+def _file_watcher(args: argparse.Namespace, daemon: Daemon) -> None:
+    """Hot reload from rule files: the watcher asks the reload path for a new generation."""
+    from engine.sources.rulefiles import RuleFileWatcher
+
+    def changed(reason: str) -> None:
+        daemon.reloader.request("file")
+
+    watcher = RuleFileWatcher(list(args.rules), changed, debounce=parse_duration(args.reload_debounce))
+    daemon.services.append(watcher)
+
+
+def _watch_files(args: argparse.Namespace) -> bool:
+    return bool(args.rules) and not args.once and not args.no_watch
+
+
+def build_standalone(args: argparse.Namespace) -> Daemon:
+    """``qosd run`` without Kubernetes: cgroups under --cgroup-root are the workloads."""
+    interval, labels, adapter = _common(args)
     if args.workloads is not None and not args.workloads.is_file():
         raise UsageError(f"--workloads {args.workloads}: no such file")
-    # Observed files stay open between ticks (one pread each); see engine/sources/files.py.
-    adapter = CgroupAdapter.detect(args.cgroup_root, observe_reader=PinnedReader(open_nofollow))
     collector = standalone_collector(
         args.cgroup_root,
         args.workloads,
@@ -667,20 +699,11 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
             resctrl=resctrl,
             others={kind: _standalone_refusal for kind in KUBE_OPERATIONS},
         )
-    config = DaemonConfig(
-        rules=tuple(args.rules),
-        builtin=not args.no_builtin,
-        labels=labels,
-        interval=interval,
-        once=args.once,
-        dry_run=args.dry_run,
-        eviction_burst=args.eviction_burst,
-        backend=args.backend,
-        state_file=_state_file(args.state_file),
-        audit_log=args.audit_log,
-        listen=args.listen or None,
-    )
-    return Daemon(config, CollectorSource(collector, adapter), executor)
+    watch = _watch_files(args)
+    daemon = Daemon(_config(args, interval, labels, watch), CollectorSource(collector, adapter), executor)
+    if watch:
+        _file_watcher(args, daemon)
+    return daemon
 
 
 KUBE_OPERATIONS = ("evictPod", "setNodeTaint", "setNodeCondition", "emitEvent", "publishNodeResource")
@@ -697,8 +720,17 @@ def _state_file(path: Path | None) -> Path | None:
     return path
 
 
+def kube_mode(args: argparse.Namespace) -> bool:
+    """Kubernetes mode when asked (--kubeconfig) or when running in a pod; --standalone forces it off."""
+    if args.standalone:
+        return False
+    return args.kubeconfig is not None or bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    if kube_mode(args):
+        raise UsageError("Kubernetes mode is not wired in this build; pass --standalone")
     daemon = build_standalone(args)
     return daemon.run()
 
@@ -749,4 +781,35 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--audit-log", type=Path, help="append one Evaluation per deciding tick (JSON Lines)")
     r.add_argument("--listen", default=":9464", help="host:port of /metrics, /healthz, /readyz ('' = off)")
     r.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    r.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="do not watch rule files (they are then re-checked every tick)",
+    )
+    r.add_argument(
+        "--reload-debounce", default="50ms", help="quiet time after a rule file event (default 50ms)"
+    )
+    k = r.add_argument_group(
+        "Kubernetes mode",
+        "on by default in a pod (KUBERNETES_SERVICE_HOST) or with --kubeconfig; see docs/kubernetes.md",
+    )
+    k.add_argument("--standalone", action="store_true", help="never talk to Kubernetes, even in a pod")
+    k.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: in-cluster configuration)")
+    k.add_argument("--node-name", help="this node's name (default $NODE_NAME)")
+    k.add_argument(
+        "--namespace", help="namespace of the policy-status Lease (default $POD_NAMESPACE, else qosd-system)"
+    )
+    k.add_argument(
+        "--cgroup-driver",
+        choices=("auto", "cgroupfs", "systemd"),
+        default="auto",
+        help="the kubelet's cgroup driver (auto: look for kubepods.slice, then kubepods)",
+    )
+    k.add_argument(
+        "--no-policy-status",
+        dest="policy_status",
+        action="store_false",
+        help="do not stand for election as the writer of QoSPolicy status",
+    )
+    k.add_argument("--sync-timeout", default="60s", help="longest wait for the first lists at start")
     r.set_defaults(func=cmd_run)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from engine.config.errors import Problem
 from engine.config.pipeline import load_documents, validate
+from tests.kubeapi import ApiServer
 
 HEADER = """\
 apiVersion: qosd.io/v1alpha1
@@ -44,3 +45,19 @@ def problems_of(write: Callable[..., Path]) -> Callable[..., list[Problem]]:
         return validate(load_documents([path], builtin=builtin))
 
     return _run
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServer]:
+    """A started Kubernetes API-server emulator (tests/kubeapi) serving qosd's CRDs; stopped (every
+    watch stream closed, every connection thread joined) at teardown."""
+    from engine.config.crd import qosd_crds
+
+    server = ApiServer()
+    server.start()
+    try:
+        for crd in qosd_crds():
+            server.install_crd(crd)
+        yield server
+    finally:
+        server.stop()

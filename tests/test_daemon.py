@@ -115,27 +115,63 @@ def test_rule_files_reload_and_a_half_written_file_keeps_the_last_good_generatio
 ) -> None:
     rules = tmp_path / "rules.yaml"
     overlay(rules, 4)
-    d = daemon(tree, tmp_path, "--rules", str(rules))
+    # --no-watch: rule files are then re-checked (a stat each) at every tick; the watcher is tested below.
+    d = daemon(tree, tmp_path, "--rules", str(rules), "--no-watch")
     assert d.tick() is not None
-    assert (d.generations.generation, tree.read("cpu", "batch", "cpu.shares")) == (1, "4")
+    assert (d.reloader.generation, tree.read("cpu", "batch", "cpu.shares")) == (1, "4")
 
     # An editor crashed mid-save: the file ends inside a mapping.
     text = rules.read_text()
     rules.write_text(text[: text.index("cpu:") + 6])
     assert d.tick() is not None  # the tick still runs, on generation 1
-    assert d.generations.generation == 1
-    assert d.generations.last_error is not None and "rules.yaml" in d.generations.last_error
+    assert d.reloader.generation == 1
+    assert d.reloader.last_error is not None and "rules.yaml" in d.reloader.last_error
     assert tree.read("cpu", "batch", "cpu.shares") == "4"
     assert d.ready()[0]
 
     overlay(rules, 8)
     os.utime(rules, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # mtime granularity
     assert d.tick() is not None
-    assert (d.generations.generation, tree.read("cpu", "batch", "cpu.shares")) == (2, "8")
+    assert (d.reloader.generation, tree.read("cpu", "batch", "cpu.shares")) == (2, "8")
     failures = d.metrics.registry.get_sample_value(
         "qosd_config_reloads_total", {"source": "file", "result": "failure"}
     )
     assert failures == 1.0
+
+
+def test_a_watched_rule_file_reloads_between_ticks_and_a_broken_save_is_rejected(
+    tree: Subtree, tmp_path: Path
+) -> None:
+    """With the file watcher (the default when --rules is given), a save reaches a new generation
+    without any tick: the reload runs in the watcher's thread and the next tick only picks it up."""
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    rules = rules_dir / "rules.yaml"
+    overlay(rules, 4)
+    d = daemon(tree, tmp_path, "--rules", str(rules_dir))
+    d.start()
+    try:
+        assert d.tick() is not None
+        assert (d.reloader.generation, tree.read("cpu", "batch", "cpu.shares")) == (1, "4")
+
+        tmp = rules_dir / ".rules.yaml.swp"  # an editor's atomic save
+        overlay(tmp, 8)
+        os.replace(tmp, rules)
+        deadline = time.monotonic() + 10
+        while d.reloader.generation < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert d.reloader.generation == 2
+        assert d.tick() is not None
+        assert tree.read("cpu", "batch", "cpu.shares") == "8"
+
+        rules.write_text("apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nspec: [")
+        deadline = time.monotonic() + 10
+        while d.reloader.last_error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert d.reloader.last_error is not None and "rules.yaml" in d.reloader.last_error
+        assert d.reloader.generation == 2 and d.tick() is not None
+    finally:
+        d.shutdown()
 
 
 class SignalDuringApply:

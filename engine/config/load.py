@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -438,24 +439,57 @@ _FILE_CACHE_SIZE = 256
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
+def skipped_entry(name: str) -> bool:
+    """Whether a directory entry below a rules directory is never read, nor anything under it.
+
+    Hidden entries: a ConfigMap volume holds every key three times, as the visible symlink
+    ``rules.yaml -> ..data/rules.yaml``, under ``..data/`` and under ``..2026_11_22_10_00_00.123/``;
+    reading the hidden copies would load each document two or three times (duplicate rule names).
+    Editor leftovers: vim's ``.rules.yaml.swp``, backups ``rules.yaml~``, emacs autosaves
+    ``#rules.yaml#`` and lock links ``.#rules.yaml``; a half-edited copy must not become policy.
+    """
+    return name.startswith(".") or name.endswith("~") or (name.startswith("#") and name.endswith("#"))
+
+
+def is_rule_file_name(name: str) -> bool:
+    """The one decision of which names below a rules directory are rule files: ``*.yaml`` and
+    ``*.yml`` that ``skipped_entry`` does not exclude. The loader (``yaml_files_under``) and the file
+    watcher (engine.sources.rulefiles) both use it, so the watcher reacts to exactly what is read."""
+    return name.endswith(YAML_SUFFIXES) and not skipped_entry(name)
+
+
 def yaml_files_under(directory: Path) -> list[Path]:
-    """Every *.yaml/*.yml below ``directory``, sorted, skipping hidden entries (a ConfigMap mount's
-    ``..data`` and timestamped directories would otherwise be read twice)."""
-    return sorted(
-        f
-        for f in directory.rglob("*")
-        if f.suffix in YAML_SUFFIXES
-        and f.is_file()
-        and not any(part.startswith(".") for part in f.relative_to(directory).parts)
-    )
+    """Every rule file (``is_rule_file_name``) below ``directory``, sorted.
+
+    Skipped directories are not entered at all (a ConfigMap's ``..data`` and timestamped copies).
+    Symlinked directories are followed, because a ConfigMap item with a nested ``path`` appears as
+    ``team -> ..data/team``; a directory reached twice (a link loop or two links to one place) is
+    read once. Dangling symlinks are skipped (kubelet may create a link before its target, #93686).
+    """
+    found: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    for root, dirs, names in os.walk(directory, followlinks=True):
+        try:
+            st = os.stat(root)
+        except OSError:
+            dirs[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs[:] = [d for d in dirs if not skipped_entry(d)]
+        for name in names:
+            if is_rule_file_name(name):
+                f = Path(root, name)
+                if f.is_file():
+                    found.append(f)
+    return sorted(found)
 
 
 def expand_paths(paths: list[Path]) -> tuple[list[Path], list[Problem]]:
-    """Files named directly, plus every *.yaml/*.yml below named directories (sorted, hidden skipped).
-
-    Hidden entries are skipped so a ConfigMap mount's ``..data`` and timestamped directories are not
-    read twice.
-    """
+    """Files named directly (whatever their name: naming one is explicit), plus every rule file
+    below named directories (``yaml_files_under``: sorted, hidden and editor files skipped)."""
     files: list[Path] = []
     problems: list[Problem] = []
     for p in paths:

@@ -67,6 +67,13 @@ class WorkloadSource(Protocol):
     def workloads(self) -> tuple[Workload, ...]: ...
 
 
+class FreshnessSource(Protocol):
+    """A workload source that can go stale (a watch of the API server): when, on the collector's
+    monotonic clock, its view was last known to be current; None before the first time."""
+
+    def fresh_at(self) -> float | None: ...
+
+
 ClassOf = Callable[[Workload], str | None]
 
 
@@ -323,6 +330,8 @@ class NodeCollector:
         self._stores: dict[str, WindowStore] = {}
         self._class_store: WindowStore | None = None
         self.cgroups = CgroupMetrics(cgroup, self.reader)
+        self._started = monotonic()
+        self._usage_at: float | None = None  # last tick with node CPU and memory usage sampled
         self.observer = Observer(cgroup, self.reader, options.observe_every, observe)
         self._configure(options.windows)
 
@@ -426,6 +435,7 @@ class NodeCollector:
         topo = self.topology_source
         topology = topo.topology
         node, numa = self.proc.sample(topology, now)
+        node["reclaim.metrics_age_seconds"] = self._metrics_age(node, now)
         if self.options.workload_psi_cgroup is not None and self.cgroup.version == 2:
             base = self.cgroup.dir(self.options.workload_psi_cgroup)
             for resource in ("cpu", "memory", "io"):
@@ -484,6 +494,20 @@ class NodeCollector:
             resctrl=self.resctrl() if self.resctrl is not None else NO_RESCTRL,
             cgroup_version=self.cgroup.version,
         )
+
+    def _metrics_age(self, node: Mapping[str, Any], now: float) -> float:
+        """Seconds since qosd last had a whole view of usage: node CPU and memory sampled, and the
+        workload list current (a pod watch that lost the API server goes stale). Reclaim policies
+        with ``degradeAfter`` withdraw what they publish once this exceeds it (Koordinator's
+        degradation when NodeMetric stops updating)."""
+        if node.get("cpu.usage_cores") is not None and node.get("memory.usage_bytes") is not None:
+            self._usage_at = now
+        fresh = self._usage_at if self._usage_at is not None else self._started
+        fresh_at = getattr(self.source, "fresh_at", None)
+        if callable(fresh_at):
+            source = fresh_at()
+            fresh = min(fresh, source if source is not None else self._started)
+        return max(0.0, now - fresh)
 
     def _sampled_paths(self, workloads: tuple[Workload, ...]) -> tuple[str, ...]:
         """The cgroups to sample: each pod's, and its containers' when the policy reads them."""

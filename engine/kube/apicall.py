@@ -1,0 +1,89 @@
+"""Small helpers around one call to the API server: reading a raw response, describing a failure
+for an engineer, deciding whether it is worth another try, and metav1.Time in and out."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+from typing import Any
+
+import urllib3
+from kubernetes.client.rest import ApiException
+
+SMP = "application/strategic-merge-patch+json"
+"""What the official client sends for a dict body anyway (its REST layer turns the generated
+default, JSON Patch, into a strategic merge patch when the body is not a list); named explicitly so
+the patch semantics qosd relies on (lists merged by key, a null deleting a map key) do not depend
+on that fallback."""
+
+
+def read_json(resp: Any) -> Any:
+    """The JSON body of a ``_preload_content=False`` response, its connection given back to the pool."""
+    try:
+        data = resp.data
+        return json.loads(data) if data else None
+    finally:
+        resp.release_conn()
+
+
+def consume(resp: Any) -> None:
+    """Read and discard a ``_preload_content=False`` response so its connection can be reused."""
+    try:
+        resp.data  # noqa: B018 - reading is the point
+    finally:
+        resp.release_conn()
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a failed API call, for a log line, an Event or an operation result: the HTTP
+    status and reason, the server's message, and any causes it gave ("DisruptionBudget: The
+    disruption budget web needs 2 healthy pods and has 2 currently")."""
+    if isinstance(exc, ApiException):
+        reason, message, causes = exc.reason or "", "", []
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            body = json.loads(exc.body or "{}")
+            reason = str(body.get("reason") or reason)
+            message = str(body.get("message") or "")
+            for cause in (body.get("details") or {}).get("causes") or []:
+                text = str(cause.get("message") or "")
+                kind = str(cause.get("type") or cause.get("reason") or "")
+                causes.append(f"{kind}: {text}" if kind else text)
+        out = f"HTTP {exc.status} {reason}".rstrip()
+        if message:
+            out += f": {message}"
+        if causes:
+            out += f" ({'; '.join(causes)})"
+        if exc.status in (401, 403):
+            out += " — check qosd's ServiceAccount token and ClusterRole (examples/deploy/rbac.yaml)"
+        return out
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+        return f"API server unreachable or too slow ({type(exc).__name__}: {exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def retryable(exc: BaseException) -> bool:
+    """Server-side trouble, throttling or no answer at all: worth another try. Any other 4xx will
+    fail the same way again."""
+    if isinstance(exc, ApiException):
+        return exc.status is None or exc.status >= 500 or exc.status == 429
+    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+def rfc3339(t: float) -> str:
+    """metav1.Time: UTC, second precision, 'Z'."""
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: object) -> float | None:
+    """Seconds since the epoch of a metav1.Time ("2024-05-01T10:00:00Z"), None when absent or
+    unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return parsed.timestamp()
