@@ -706,6 +706,126 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     return daemon
 
 
+def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -> Daemon:
+    """``qosd run`` on a Kubernetes node: pods of this node (watched) are the workloads, QoSPolicy
+    resources and rule files are the policy, evictions and node resources go through the API, and
+    the node's QoSNodeStatus (and, when elected, every QoSPolicy's status) report what runs."""
+    from kubernetes.config import ConfigException
+
+    from engine.adapters.cgpaths import detect_driver
+    from engine.adapters.kube import KubeOperations
+    from engine.kube.client import load_api_client
+    from engine.kube.events import EventRecorder
+    from engine.kube.status import NodeStatusWriter, PolicyStatusAggregator, PolicyStatusController
+    from engine.sources.cgroupfs import CgroupFS
+    from engine.sources.kubenode import NodeWatch
+    from engine.sources.kubepods import KubePodSource, pod_reflector
+    from engine.sources.policies import PolicyWatch
+
+    node_name = args.node_name or os.environ.get("NODE_NAME", "")
+    if not node_name:
+        raise UsageError(
+            "Kubernetes mode needs the node's name: set NODE_NAME (the DaemonSet sets it from "
+            "spec.nodeName through the downward API) or pass --node-name"
+        )
+    interval, labels, adapter = _common(args, adapter)
+    try:
+        api = load_api_client(args.kubeconfig)
+    except (ConfigException, OSError) as exc:
+        where = f"--kubeconfig {args.kubeconfig}" if args.kubeconfig else "in-cluster / $KUBECONFIG"
+        raise UsageError(f"cannot configure the Kubernetes client ({where}): {exc}") from exc
+    fs = CgroupFS.detect(args.cgroup_root)
+    driver = args.cgroup_driver
+    if driver == "auto":
+        driver = detect_driver(fs.dir("", "cpu").rstrip("/")) or "systemd"
+    node = NodeWatch(api, node_name)
+    pods = KubePodSource(pod_reflector(api, node_name), driver)
+    collector = NodeCollector(
+        pods,
+        fs,
+        node_name=node_name,
+        options=daemon_options(interval),
+        observe=adapter.observe,
+    )
+    events = EventRecorder(api, host=node_name)
+    policies = PolicyWatch(api)
+    executor: Executor
+    if args.dry_run:
+        executor = RecordingExecutor()
+    else:
+        kube_ops = KubeOperations(api, node_name, events, node.node)
+        executor = NodeExecutor(
+            cgroup=adapter,
+            resctrl=ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks),
+            others=kube_ops.handlers(),
+        )
+    watch = _watch_files(args)
+    daemon = Daemon(
+        _config(args, interval, labels, watch),
+        CollectorSource(collector, adapter),
+        executor,
+        policies=policies,
+        labels=node.labels,
+        services=[node, pods.reflector, policies],
+        synced=[
+            ("node", node.wait_synced),
+            ("pods", pods.reflector.wait_synced),
+            ("qospolicies", policies.wait_synced),
+        ],
+    )
+    reloader = daemon.reloader
+
+    def crd_changed() -> None:
+        reloader.request("crd")
+
+    def labels_changed() -> None:
+        reloader.request("node")
+
+    policies.on_change = crd_changed
+    node.on_labels = labels_changed
+    status = NodeStatusWriter(api, node_name, events, node_uid=node.uid)
+    daemon.reloader.listeners.append(status)
+    daemon.services.extend([status, events])
+    if args.policy_status:
+        aggregator = PolicyStatusAggregator(
+            api, policies.objects, policies.documents, lambda: {}, events=events, builtin=not args.no_builtin
+        )
+        controller = PolicyStatusController(
+            api,
+            aggregator,
+            lambda poke: _node_status_reflector(api, poke, aggregator),
+            namespace=args.namespace or os.environ.get("POD_NAMESPACE", "") or "qosd-system",
+            identity=node_name,
+        )
+        policies.on_any = controller.poke
+        daemon.services.append(controller)
+    if watch:
+        _file_watcher(args, daemon)
+    return daemon
+
+
+def _node_status_reflector(api: Any, poke: Callable[[], None], aggregator: Any) -> Any:
+    """A started reflector of every QoSNodeStatus, wired as the aggregator's input (leader only)."""
+    import functools
+
+    from kubernetes import client
+
+    from engine.kube.client import GROUP, NODE_STATUS_PLURAL, VERSION
+    from engine.kube.reflector import Reflector
+
+    reflector = Reflector(
+        "qosnodestatuses",
+        functools.partial(
+            client.CustomObjectsApi(api).list_cluster_custom_object, GROUP, VERSION, NODE_STATUS_PLURAL
+        ),
+        key=lambda o: str((o.get("metadata") or {}).get("name", "")),
+        on_change=poke,
+    )
+    aggregator.node_statuses = reflector.items
+    reflector.start()
+    return reflector
+
+
 KUBE_OPERATIONS = ("evictPod", "setNodeTaint", "setNodeCondition", "emitEvent", "publishNodeResource")
 
 
@@ -729,9 +849,7 @@ def kube_mode(args: argparse.Namespace) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    if kube_mode(args):
-        raise UsageError("Kubernetes mode is not wired in this build; pass --standalone")
-    daemon = build_standalone(args)
+    daemon = build_kube(args) if kube_mode(args) else build_standalone(args)
     return daemon.run()
 
 

@@ -471,6 +471,10 @@ def _comparable(status: Mapping[str, Any]) -> Any:
     return json.dumps([status.get("observedGeneration"), conds, nodes], sort_keys=True)
 
 
+class _Stopped(Exception):
+    """The daemon is stopping: ends the leader election loop."""
+
+
 class PolicyStatusController:
     """Runs the aggregator while this daemon holds the Lease (the official client's leader election,
     kubernetes.leaderelection with a LeaseLock). Only the leader watches the QoSNodeStatus objects:
@@ -520,8 +524,7 @@ class PolicyStatusController:
         self._dirty.set()
         self._stop_leading()
         for t in self._threads:
-            if t.name == "qosd-policy-status":
-                t.join(timeout=5)
+            t.join(timeout=self.lease[2] + 5)
 
     # -- leadership
 
@@ -529,10 +532,21 @@ class PolicyStatusController:
         from kubernetes.leaderelection import electionconfig, leaderelection
         from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+        stop = self._stop
+
+        class StoppableLeaseLock(LeaseLock):  # type: ignore[misc]  # kubernetes is untyped (Any)
+            """The official election loops forever; every attempt reads the lock first, so refusing
+            that read once stopped is how the loop (and its thread) ends."""
+
+            def get(self, name: str, namespace: str) -> Any:
+                if stop.is_set():
+                    raise _Stopped
+                return super().get(name, namespace)
+
         lease, renew, retry = self.lease
         backoff = Backoff(base=1.0, cap=30.0)
-        while not self._stop.is_set():
-            lock = LeaseLock(self.LEASE_NAME, self.namespace, self.identity)
+        while not stop.is_set():
+            lock = StoppableLeaseLock(self.LEASE_NAME, self.namespace, self.identity)
             lock.api_instance = client.CoordinationV1Api(self.api_client)
             config = electionconfig.Config(
                 lock,
@@ -544,12 +558,15 @@ class PolicyStatusController:
             )
             try:
                 leaderelection.LeaderElection(config).run()  # returns when leadership is lost
+            except _Stopped:
+                break
             except Exception as exc:
                 log.warning(
                     "leader election failed; retrying", extra={"fields": {"error": describe_error(exc)}}
                 )
             self._stop_leading()
-            backoff.sleep(self._stop)
+            backoff.sleep(stop)
+        self._stop_leading()
 
     def _start_leading(self) -> None:
         log.info("leading QoSPolicy status", extra={"fields": {"identity": self.identity}})

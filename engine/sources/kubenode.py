@@ -1,0 +1,172 @@
+"""This node's own Node object, kept current by a watch: its labels (policy nodeSelectors and
+templates), its allocatable resources, its UID (owner of status objects and Events).
+
+A Reflector over ``/api/v1/nodes?fieldSelector=metadata.name=<node>``, as koordlet's node informer
+does. The Node object changes often (the kubelet's status updates, qosd's own extended resources),
+but policies select on labels only, so ``on_labels`` fires only when the labels differ from the
+last ones seen, including the first time they are known. ``on_change`` fires on every change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from kubernetes import client
+
+from engine.kube.reflector import Json, Reflector
+from engine.model.units import parse_quantity
+
+log = logging.getLogger("qosd")
+
+_EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
+_EMPTY_RESOURCES: Mapping[str, float] = MappingProxyType({})
+
+
+def _name_key(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+class NodeWatch:
+    """The latest Node object of ``node_name``; readable from any thread without locking."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        node_name: str,
+        *,
+        on_labels: Callable[[], None] | None = None,
+        on_change: Callable[[], None] | None = None,
+        **options: Any,
+    ) -> None:
+        if not node_name:
+            raise ValueError("the node watch needs this node's name (NODE_NAME)")
+        self.node_name = node_name
+        self.on_labels = on_labels
+        self.on_change = on_change
+        self.reflector = Reflector(
+            "node",
+            client.CoreV1Api(api_client).list_node,
+            field_selector=f"metadata.name={node_name}",
+            key=_name_key,
+            on_change=self._changed,
+            **options,
+        )
+        self._present = threading.Event()
+        self._lock = threading.Lock()
+        # (reflector version, labels, allocatable), derived once per version
+        self._derived: tuple[int, Mapping[str, str], Mapping[str, float]] = (
+            -1,
+            _EMPTY_LABELS,
+            _EMPTY_RESOURCES,
+        )
+        self._notified_labels: Mapping[str, str] | None = None
+        self._bad_quantities: set[tuple[str, str]] = set()
+
+    # -- lifecycle (engine.daemon.Service)
+
+    def start(self) -> None:
+        self.reflector.start()
+
+    def stop(self) -> None:
+        self.reflector.stop()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Whether the first list is in and named this node (koordlet's HasSynced: a list that
+        found no such Node is not a usable view). Waits at most ``timeout`` seconds in all."""
+        if timeout is None:
+            return self.reflector.wait_synced(None) and self._present.wait(None)
+        end = time.monotonic() + timeout
+        if not self.reflector.wait_synced(timeout):
+            return False
+        return self._present.wait(max(0.0, end - time.monotonic()))
+
+    # -- reading
+
+    @property
+    def version(self) -> int:
+        """Moves whenever the Node object changes."""
+        return self.reflector.version
+
+    def node(self) -> Json | None:
+        """The latest Node object (the API's JSON; do not modify it), None when unknown."""
+        return self.reflector.get(self.node_name)
+
+    def uid(self) -> str | None:
+        node = self.node()
+        uid = (node.get("metadata") or {}).get("uid") if node is not None else None
+        return str(uid) if uid else None
+
+    def labels(self) -> Mapping[str, str]:
+        return self._derive()[1]
+
+    def allocatable(self) -> Mapping[str, float]:
+        """``status.allocatable`` in base units (cores, bytes, counts); an entry that does not parse
+        is left out (and logged once)."""
+        return self._derive()[2]
+
+    def _derive(self) -> tuple[int, Mapping[str, str], Mapping[str, float]]:
+        view = self.reflector.view()
+        derived = self._derived
+        if derived[0] == view.version:
+            return derived
+        with self._lock:
+            if self._derived[0] == view.version:
+                return self._derived
+            node = view.items.get(self.node_name)
+            labels: Mapping[str, str] = _EMPTY_LABELS
+            allocatable: Mapping[str, float] = _EMPTY_RESOURCES
+            if node is not None:
+                meta = node.get("metadata") or {}
+                labels = MappingProxyType({str(k): str(v) for k, v in (meta.get("labels") or {}).items()})
+                allocatable = MappingProxyType(
+                    self._quantities((node.get("status") or {}).get("allocatable"))
+                )
+            self._derived = (view.version, labels, allocatable)
+            return self._derived
+
+    def _quantities(self, raw: Any) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if not isinstance(raw, Mapping):
+            return out
+        for name, value in raw.items():
+            try:
+                if not isinstance(value, str | int | float):
+                    raise ValueError(f"{value!r} is not a quantity")
+                out[str(name)] = parse_quantity(value)
+            except ValueError as exc:
+                ident = (str(name), repr(value))
+                if ident not in self._bad_quantities:
+                    self._bad_quantities.add(ident)
+                    log.warning(
+                        "node allocatable entry does not parse; left out",
+                        extra={"fields": {"node": self.node_name, "resource": str(name), "error": str(exc)}},
+                    )
+        return out
+
+    # -- the reflector's callback (its thread)
+
+    def _changed(self) -> None:
+        node = self.node()
+        if node is not None:
+            self._present.set()
+        labels = self.labels()
+        labels_changed = self._notified_labels is None or dict(labels) != dict(self._notified_labels)
+        if node is not None and labels_changed:
+            self._notified_labels = labels
+            self._call(self.on_labels, "on_labels")
+        self._call(self.on_change, "on_change")
+
+    def _call(self, callback: Callable[[], None] | None, what: str) -> None:
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception:  # a consumer's bug must not stop the watch
+            log.exception(
+                "node watch callback failed", extra={"fields": {"node": self.node_name, "callback": what}}
+            )

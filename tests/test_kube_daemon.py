@@ -1,0 +1,348 @@
+"""`qosd run` in Kubernetes mode, end to end: the daemon as `build_kube` wires it, running its loop.
+
+Kubernetes API: the in-repo emulator (tests/kubeapi), reached over real HTTP by the official client;
+no kube-apiserver can run here. The daemon authenticates as the DaemonSet's ServiceAccount and the
+emulator enforces examples/deploy/rbac.yaml, so every test also checks that the shipped RBAC is
+enough (a 403 fails the test). Cgroups: a temporary tree with the cgroup v2 file names (the pods
+are the emulator's; there is no kubelet to create their cgroups on this machine's real hierarchy).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from engine.adapters.cgroup import CgroupAdapter
+from engine.adapters.mounts import CgroupLayout
+from engine.cli import build_parser
+from engine.daemon import Daemon, build_kube
+from engine.kube.client import GROUP, POLICY_PLURAL, VERSION
+from tests.kubeapi import ApiServer
+
+NODE = "node-a"
+DEPLOY = Path(__file__).resolve().parents[1] / "examples" / "deploy"
+BATCH_CPU = "example.com/batch-cpu"
+
+BASE = """\
+apiVersion: qosd.io/v1alpha1
+kind: QoSPolicy
+metadata: {name: test-base}
+spec:
+  classes:
+    - name: be
+      match: [{labels: {qos: be}}]
+      cpu: {policy: reclaimed}
+    - name: ls
+      match: [{labels: {qos: ls}}]
+      cpu: {policy: shared}
+  reclaim:
+    enabled: true
+    degradeAfter: 3s
+    cpu: {policy: request, reclaimThresholdPercent: 100, publishAs: example.com/batch-cpu}
+  rules:
+    - name: publish
+      then: {publish: {resource: cpu}}
+"""
+
+EVICT = """\
+    - name: evict-be
+      when: {node.cpus: {gte: 1}}
+      then:
+        evict:
+          victims: {classes: [be]}
+          orderBy: [name]
+          maxPerRound: 1
+          cooldown: 1s
+"""
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    """Poll until ``check`` returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def rbac_rules() -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if d]
+    return [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+
+
+def node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "status": {
+            "capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}],
+        },
+    }
+
+
+def pod(name: str, qos: str, cpu: str = "100m", on: str = NODE) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"qos": qos, "app": name}},
+        "spec": {
+            "nodeName": on,
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "qosClass": "Burstable",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": "c", "ready": True, "restartCount": 0, "image": "busybox", "imageID": "",
+                 "containerID": f"containerd://{name}0123456789abcdef", "state": {"running": {}}}
+            ],
+        },
+    }
+
+
+class Running:
+    """A kube-mode daemon running its loop in a thread, and the admin's view of the cluster."""
+
+    def __init__(self, api: ApiServer, daemon: Daemon) -> None:
+        self.api = api
+        self.daemon = daemon
+        self.admin = api.api_client()
+        self.custom = client.CustomObjectsApi(self.admin)
+        self.thread = threading.Thread(target=daemon.run, name="qosd-under-test", daemon=True)
+
+    def generation(self) -> int:
+        return self.daemon.reloader.generation
+
+    def node_status(self) -> dict[str, Any]:
+        return (self.api.get(f"{GROUP}/{VERSION}", "QoSNodeStatus", NODE) or {}).get("status") or {}
+
+    def policy(self, name: str) -> dict[str, Any]:
+        return self.api.get(f"{GROUP}/{VERSION}", "QoSPolicy", name) or {}
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        conds = (self.policy(name).get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == type_), {})
+
+    def apply_policy(self, text: str) -> dict[str, Any]:
+        body = yaml.safe_load(text)
+        name = body["metadata"]["name"]
+        if self.policy(name):
+            current = self.policy(name)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return dict(self.custom.replace_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, name, body))
+        return dict(self.custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, body))
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.api.list("v1", "Event") if e.get("reason") == reason]
+
+    def forbidden(self) -> list[str]:
+        return [f"{r.method} {r.path}" for r in self.api.requests.snapshot() if r.status == 403]
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.daemon.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def cluster(apiserver: ApiServer) -> ApiServer:
+    apiserver.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "qosd-system"}})
+    apiserver.put(node(NODE))
+    apiserver.put(node("node-b"))
+    apiserver.put(pod("web", "ls", cpu="500m"))
+    apiserver.put(pod("elsewhere", "be", on="node-b"))
+    return apiserver
+
+
+@pytest.fixture
+def run_qosd(cluster: ApiServer, tmp_path: Path) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(policy: str = BASE, *extra: str) -> Running:
+        token = cluster.authorize("qosd-sa-token", rbac_rules())
+        kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig", token)
+        tree = tmp_path / "cgroup"
+        tree.mkdir(exist_ok=True)
+        (tree / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        rules = tmp_path / "rules"
+        rules.mkdir(exist_ok=True)
+        (rules / "base.yaml").write_text(policy)
+        args = build_parser().parse_args(
+            [
+                "run", "--kubeconfig", str(kubeconfig), "--node-name", NODE, "--no-builtin",
+                "--rules", str(rules), "--cgroup-root", str(tree), "--resctrl-root", str(tmp_path / "resctrl"),
+                "--cgroup-driver", "cgroupfs", "--listen", "", "--interval", "100ms", "--sync-timeout", "10s",
+                "--state-file", str(tmp_path / "state.json"), "--namespace", "qosd-system", *extra,
+            ]
+        )
+        daemon = build_kube(args, adapter=CgroupAdapter(CgroupLayout.unified_tree(tree)))
+        running = Running(cluster, daemon)
+        running.thread.start()
+        started.append(running)
+        wait_for("the first generation", lambda: running.generation() >= 1)
+        return running
+
+    yield start
+    for running in started:
+        running.daemon.stop.set()
+        running.thread.join(timeout=15)
+        assert not running.thread.is_alive(), "the daemon did not stop"
+        assert running.forbidden() == [], "examples/deploy/rbac.yaml is missing a permission"
+
+
+def test_creating_updating_and_deleting_a_policy_reloads_the_daemon_and_the_status_says_so(
+    run_qosd: Callable[..., Running],
+) -> None:
+    q = run_qosd()
+    wait_for("the node status of generation 1", lambda: q.node_status().get("applied", {}).get("generation") == 1)
+
+    overlay = (
+        "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: overlay}\nspec:\n  priority: 50\n"
+        "  nodeSelector: {matchLabels: {kubernetes.io/hostname: node-a}}\n"
+        "  reclaim:\n    cpu: {reclaimThresholdPercent: 90}\n"
+    )
+    q.apply_policy(overlay)
+    wait_for("generation 2", lambda: q.generation() == 2)
+    wait_for(
+        "the node status to name the policy",
+        lambda: q.node_status()["applied"]["policies"] == [{"name": "overlay", "generation": 1}],
+    )
+    wait_for("Valid=True", lambda: q.condition("overlay", "Valid").get("status") == "True")
+    wait_for("Applied=True", lambda: q.condition("overlay", "Applied").get("status") == "True")
+    assert q.policy("overlay")["status"]["observedGeneration"] == 1
+    assert q.policy("overlay")["status"]["nodes"] == {"matched": 1, "applied": 1, "failed": 0, "recentErrors": []}
+
+    q.apply_policy(overlay.replace("90", "80"))
+    wait_for("generation 3", lambda: q.generation() == 3)
+    wait_for("observedGeneration 2", lambda: q.policy("overlay").get("status", {}).get("observedGeneration") == 2)
+    wait_for("Applied=True for generation 2", lambda: q.condition("overlay", "Applied").get("observedGeneration") == 2)
+    assert q.condition("overlay", "Applied")["status"] == "True"
+
+    q.custom.delete_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, "overlay")
+    wait_for("generation 4", lambda: q.generation() == 4)
+    wait_for("the node status without it", lambda: q.node_status()["applied"]["policies"] == [])
+    assert q.metric("qosd_config_reloads_total", source="crd", result="success") == 3
+
+
+def test_an_invalid_policy_keeps_the_last_good_generation_with_valid_false_and_events(
+    run_qosd: Callable[..., Running],
+) -> None:
+    q = run_qosd()
+    q.apply_policy(
+        "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: bad}\nspec:\n  priority: 60\n"
+        "  rules:\n    - name: typo\n      when: {node.memory.usage_pct: {gte: 90}}\n"
+        "      then: {notify: {reason: HighMemory, message: node memory above 90%}}\n"
+    )
+    wait_for("the rejection", lambda: q.node_status().get("lastAttempt", {}).get("result") == "Rejected")
+    assert q.generation() == 1
+    problems = q.node_status()["lastAttempt"]["problems"]
+    assert problems[0]["source"] == "QoSPolicy/bad"
+    assert "node.memory.usage_pct" in problems[0]["message"]
+    wait_for("Valid=False", lambda: q.condition("bad", "Valid").get("status") == "False")
+    assert "node.memory.usage_pct" in q.condition("bad", "Valid")["message"]
+    wait_for("an InvalidPolicy Event on the QoSPolicy", lambda: q.events("InvalidPolicy"))
+    event = q.events("InvalidPolicy")[0]
+    assert (event["involvedObject"]["kind"], event["involvedObject"]["name"]) == ("QoSPolicy", "bad")
+    wait_for("a PolicyRejected Event on the Node", lambda: q.events("PolicyRejected"))
+    assert q.daemon.ready()[0]  # still serving the last good generation
+
+    q.apply_policy(
+        "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: bad}\nspec:\n  priority: 60\n"
+        "  rules:\n    - name: typo\n      when: {node.memory.usage_percent: {gte: 90}}\n"
+        "      then: {notify: {reason: HighMemory, message: node memory above 90%}}\n"
+    )
+    wait_for("the fixed policy in effect", lambda: q.generation() == 2)
+    wait_for("Valid=True", lambda: q.condition("bad", "Valid").get("status") == "True")
+
+
+def test_an_eviction_blocked_by_a_pdb_is_retried_later_and_never_duplicated(
+    cluster: ApiServer, run_qosd: Callable[..., Running]
+) -> None:
+    cluster.put(pod("batch", "be"))
+    cluster.put(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "batch", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "batch"}}},
+        }
+    )
+    q = run_qosd(BASE + EVICT)
+
+    def evictions(status: int) -> int:
+        return len([r for r in cluster.requests.matching("POST", r"/pods/batch/eviction$") if r.status == status])
+
+    wait_for("two rounds refused by the PDB", lambda: evictions(429) >= 2)
+    assert evictions(201) == 0
+    assert q.metric("qosd_actions_total", action="evictPod", result="deferred") >= 2
+
+    budget = cluster.get("policy/v1", "PodDisruptionBudget", "batch", "default")
+    assert budget is not None
+    budget["spec"]["minAvailable"] = 0
+    cluster.put(budget)
+    wait_for("the eviction", lambda: evictions(201) == 1)
+    wait_for("the pod to be gone", lambda: cluster.get("v1", "Pod", "batch", "default") is None)
+    attempts = len(cluster.requests.matching("POST", r"/pods/batch/eviction$"))
+    time.sleep(1.5)  # more rounds of a rule that still holds: nothing left to evict
+    assert len(cluster.requests.matching("POST", r"/pods/batch/eviction$")) == attempts
+    assert evictions(201) == 1
+    wait_for("an Evicted Event on the pod", lambda: q.events("Evicted"))
+    assert "qosd rule evict-be" in q.events("Evicted")[0]["message"]
+
+
+def test_node_extended_resources_appear_update_and_disappear_with_degradation(
+    cluster: ApiServer, run_qosd: Callable[..., Running]
+) -> None:
+    def published() -> tuple[str | None, str | None]:
+        status = (cluster.get("v1", "Node", NODE) or {}).get("status") or {}
+        return (status.get("capacity") or {}).get(BATCH_CPU), (status.get("allocatable") or {}).get(BATCH_CPU)
+
+    q = run_qosd()
+    first = wait_for("batch-cpu on the node", lambda: published()[0])
+    assert published()[1] == first
+    cluster.put(pod("big", "ls", cpu="300m"))  # 300m more requested by a high-priority pod
+    wait_for("batch-cpu to move", lambda: published()[0] not in (None, first))
+    assert int(published()[0] or 0) == int(first) - 300
+
+    # The pod watch loses the API server: after degradeAfter (3s) the view is stale and the
+    # reclaimed resource is withdrawn, while node status writes still get through.
+    cluster.fail_next(10_000, 500, path=r"^/api/v1/pods$")
+    cluster.drop_watches()
+    wait_for("batch-cpu to be withdrawn", lambda: published() == (None, None), timeout=30)
+    assert q.daemon.reloader.engine is not None
+
+
+def test_the_daemon_recovers_from_a_watch_disconnect_and_from_410(
+    cluster: ApiServer, run_qosd: Callable[..., Running]
+) -> None:
+    q = run_qosd()
+    overlay = (
+        "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: overlay}\nspec:\n  priority: 50\n"
+        "  reclaim:\n    cpu: {reclaimThresholdPercent: 90}\n"
+    )
+    wait_for("watches open", lambda: cluster.open_watches() >= 3)
+    cluster.drop_watches()
+    q.apply_policy(overlay)
+    wait_for("the reload after a disconnect", lambda: q.generation() == 2)
+
+    cluster.compact()
+    cluster.drop_watches()
+    q.apply_policy(overlay.replace("90", "70"))
+    cluster.put(pod("late", "be"))
+    wait_for("the reload after 410 and a relist", lambda: q.generation() == 3)
+    pods = q.daemon.source.collector.source  # the pod source
+    wait_for("the new pod in the workloads", lambda: any(w.name == "late" for w in pods.workloads()))
