@@ -143,11 +143,11 @@ def configmap_swaps(updates: int) -> list[float]:
 
 def cr_updates(updates: int) -> list[float]:
     import yaml
-    from engine.sources.policies import PolicyWatch
     from kubernetes import client
 
     from engine.config.crd import qosd_crds
     from engine.kube.client import GROUP, POLICY_PLURAL, VERSION, load_api_client
+    from engine.sources.policies import PolicyWatch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.kubeapi import ApiServer
