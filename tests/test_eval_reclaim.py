@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents, validate
-from engine.config.policy import ReclaimHeadroom
+from engine.config.policy import ReclaimHeadroom, ReclaimUpdate
 from engine.evaluate.engine import Engine, Evaluation
 from engine.evaluate.state import EngineState
 from engine.model.facts import Snapshot, Workload
@@ -322,6 +322,10 @@ def problems(tmp_path: Path, reclaim: str) -> list[str]:
             "reclaim:\n  cpu: {policy: headroom, headroom: {usageFactor: 0}}\n",
             "is less than or equal to the minimum of 0",  # a buffer factor must be positive
         ),
+        ("reclaim:\n  update: {diffThreshold: 0}\n", "is less than or equal to the minimum of 0"),
+        ("reclaim:\n  update: {diffThreshold: 1.5}\n", "is greater than the maximum of 1"),
+        ("reclaim:\n  update: {maxInterval: 5m}\n", "missing required field 'diffThreshold'"),
+        ("reclaim:\n  update: {diffThreshold: 0.1, maxInterval: 5 min}\n", "A Go-style duration such as"),
     ],
 )
 def test_reclaim_checks(tmp_path: Path, reclaim: str, message: str) -> None:
@@ -369,6 +373,7 @@ def test_bundled_default_policy_uses_katalyst_headroom() -> None:
         5 * GiB,
     )
     assert cpu.publish_as == "resource.katalyst.kubewharf.io/reclaimed_millicpu"
+    assert p.reclaim.update is None  # Katalyst writes every differing report
 
 
 @pytest.mark.parametrize(
@@ -396,3 +401,58 @@ def test_koordinator_profile_ratio_labels(
     assert (p.reclaim.cpu.threshold_percent, p.reclaim.memory.threshold_percent) == expected
     assert p.reclaim.cpu.request_as_usage == frozenset({"LSE"})
     assert p.reclaim.degrade_after == 900.0
+    assert p.reclaim.update == ReclaimUpdate(0.1, 300.0)  # resourceDiffThreshold, updateTimeThresholdSeconds
+
+
+# ------------------------------------------------------------------ the node update gate
+
+
+GATE = "  update: {diffThreshold: 0.1, maxInterval: 5m}\n"
+
+
+def quantities(result: Any) -> dict[str, str | None]:
+    return {o.name: o.quantity for o in result.plan.operations if isinstance(o, PublishNodeResource)}
+
+
+def with_node_cpu(snap: Snapshot, usage: float) -> Snapshot:
+    node = MappingProxyType({**snap.metrics.node, "cpu.usage_cores": usage})
+    return replace(snap, metrics=replace(snap.metrics, node=node))
+
+
+def test_update_gate_holds_small_changes_and_survives_a_restart() -> None:
+    """koord_node publishes 5 cores / 35Gi. Node usage +0.3 cores is -6% of cpu: held at 5000 with
+    the computed value in the inputs; the state goes through its JSON form (a daemon restart) and
+    the gate still holds; degradation withdraws at once; fresh metrics publish again at once."""
+    e = engine(usage_policy(GATE))
+    state = EngineState()
+    seen = []
+    ticks = ((0.0, 10.0, 0.0), (60.0, 10.3, 0.0), (120.0, 10.3, 0.0), (180.0, 10.3, 901.0), (240.0, 10.3, 0.0))
+    for t, usage, age in ticks:
+        result = run_tick(e, with_node_cpu(koord_node(age, time=1000.0 + t), usage), state, Guards())
+        state = EngineState.from_dict(result.state.to_dict())
+        seen.append(quantities(result)[CPU_NAME])
+        if t == 60.0:
+            cpu = published(result.evaluation)[CPU_NAME]
+            assert cpu.provenance.inputs["computed"] == pytest.approx(4.7)
+            assert cpu.provenance.inputs["lastPublished"] == pytest.approx(5.0)
+            assert "held: example.com/reclaimed-cpu 5 -> 4.7 (-6.0%)" in str(cpu.params["formula"])
+    assert seen == ["5000", "5000", "5000", None, "4700"]
+    assert state.published.at == 1240.0
+
+
+def test_update_gate_ignores_audit_rules_and_is_off_without_update() -> None:
+    """An audit-mode publish changes nothing on the Node, so it neither moves nor is held by the
+    gate; without spec.reclaim.update every report goes through."""
+    rules = PUBLISH.replace("  - name: publish\n", "  - name: publish\n    mode: audit\n")
+    e = Engine(policy(CLASSES + usage_policy(GATE) + rules))
+    assert e.policy.reclaim.update == ReclaimUpdate(0.1, 300.0)
+    first = e.evaluate(koord_node(), EngineState())
+    assert first.state.published.at is None
+    assert "updated" not in str(published(first)[CPU_NAME].params["formula"])
+    plain = engine(usage_policy())
+    state = EngineState()
+    for t, usage in ((0.0, 10.0), (60.0, 10.3)):
+        ev = plain.evaluate(with_node_cpu(koord_node(time=1000.0 + t), usage), state)
+        state = ev.state
+    assert published(ev)[CPU_NAME].params["value"] == pytest.approx(4.7)
+    assert state.published.at is None

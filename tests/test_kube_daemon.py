@@ -311,12 +311,27 @@ def test_node_extended_resources_appear_update_and_disappear_with_degradation(
         status = (cluster.get("v1", "Node", NODE) or {}).get("status") or {}
         return (status.get("capacity") or {}).get(BATCH_CPU), (status.get("allocatable") or {}).get(BATCH_CPU)
 
-    q = run_qosd()
+    def computed() -> float | None:
+        history = q.daemon.state.reports.get(BATCH_CPU)
+        return None if history is None else history.reported
+
+    gated = BASE.replace("    degradeAfter: 3s\n", "    degradeAfter: 3s\n    update: {diffThreshold: 0.1, maxInterval: 5m}\n")
+    q = run_qosd(gated)
     first = wait_for("batch-cpu on the node", lambda: published()[0])
-    assert published()[1] == first
-    cluster.put(pod("big", "ls", cpu="300m"))  # 300m more requested by a high-priority pod
+    assert (first, published()[1]) == ("1500", "1500")  # 2 cores - web's 500m
+    writes = len(cluster.requests.matching("PATCH", rf"/nodes/{NODE}/status$"))
+
+    # 100m more requested by a high-priority pod: 1400 is -6.7%, within diffThreshold, so held.
+    cluster.put(pod("small", "ls", cpu="100m"))
+    wait_for("the engine to compute 1.4 cores", lambda: computed() == pytest.approx(1.4))
+    time.sleep(0.5)  # several more rounds that hold
+    assert published() == ("1500", "1500")
+    assert len(cluster.requests.matching("PATCH", rf"/nodes/{NODE}/status$")) == writes
+
+    # 300m more: 1100 is -26.7%, so the Node moves, carrying the held 100m with it.
+    cluster.put(pod("big", "ls", cpu="300m"))
     wait_for("batch-cpu to move", lambda: published()[0] not in (None, first))
-    assert int(published()[0] or 0) == int(first) - 300
+    assert published() == ("1100", "1100")
 
     # The pod watch loses the API server: after degradeAfter (3s) the view is stale and the
     # reclaimed resource is withdrawn, while node status writes still get through.

@@ -14,16 +14,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.config.policy import ReclaimHeadroom, ReclaimResource
 from engine.strategies.headroom import DEDICATED_CORES, SHARED_CORES, SYSTEM_CORES
 from engine.strategies.reclaim import (
+    NOTHING_PUBLISHED,
     Demand,
     PodUse,
+    Published,
     ReportHistory,
     headroom_reclaimable,
     reclaimable,
     report,
+    resource_diff,
+    update_due,
 )
 
 GiB = 1 << 30
@@ -447,3 +453,90 @@ def test_report_history_remembers_smoothed_and_reported() -> None:
     assert steps[-1] == "raised to minReport 4"
     assert ReportHistory.from_dict(history.to_dict()) == history
     assert ReportHistory.from_dict({"samples": [[0, 1]], "last": 1.0}).reported is None  # older state
+
+
+# ------------------------------------------------------------------ node update gate
+# Koordinator's IsResourceDiff table (pkg/util/resource_test.go TestIsResourceDiff, threshold 2) and
+# the 0.1 default of colocation-config at its boundary: |new - old| > old x threshold is strict.
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "threshold", "want"),
+    [
+        (1.0, 9.0, 2.0, True),  # koord: "big enough difference"
+        (1.0, 2.0, 2.0, False),  # koord: "doesn't have big enough difference"
+        (None, 2.0, 2.0, True),  # koord: "the old resource doesn't have queryed resource type"
+        (0.0, 0.0, 2.0, False),  # koord: "both resources are zero"
+        (10.0, 11.0, 0.1, False),  # exactly 10%: not beyond
+        (10.0, 11.01, 0.1, True),
+        (10.0, 8.99, 0.1, True),
+        (0.0, 0.001, 0.1, True),  # anything from 0 is a change (a multiplication, not a division)
+        (5.0, None, 0.1, True),  # disappearing (degradation) always passes
+        (None, None, 0.1, False),
+    ],
+)
+def test_resource_diff(old: float | None, new: float | None, threshold: float, want: bool) -> None:
+    assert resource_diff(old, new, threshold) is want
+
+
+AT_0 = Published({"cpu": 10.0, "mem": 100.0}, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("last", "new", "now", "due", "reason"),
+    [
+        (NOTHING_PUBLISHED, {"cpu": 10.0}, 5.0, True, "updated: cpu appears"),
+        (NOTHING_PUBLISHED, {"cpu": None}, 5.0, True, "updated: first update"),
+        (AT_0, {"cpu": 10.5, "mem": 95.0}, 60.0, False, "held: cpu 10 -> 10.5 (+5.0%), mem 100 -> 95 (-5.0%)"),
+        (AT_0, {"cpu": 10.5}, 300.0, False, "last update 300s ago (<= maxInterval 300s)"),  # strict >
+        (AT_0, {"cpu": 10.5}, 301.0, True, "updated: last update 301s ago (> maxInterval 300s)"),
+        (AT_0, {"cpu": 12.0, "mem": 99.0}, 60.0, True, "updated: cpu 10 -> 12 (+20.0%) (beyond"),
+        (AT_0, {"cpu": None, "mem": 99.0}, 60.0, True, "updated: cpu disappears"),
+        (AT_0, {"gpu": 1.0}, 60.0, True, "updated: gpu appears"),  # never published before
+        (Published({"cpu": 0.0}, 0.0), {"cpu": 0.0}, 60.0, False, "held: cpu 0 -> 0 within"),
+    ],
+)
+def test_update_due(
+    last: Published, new: dict[str, float | None], now: float, due: bool, reason: str
+) -> None:
+    """Koordinator's isNodeResourceSyncNeeded: any resource beyond the threshold, never synced, or
+    the last sync older than updateTimeThresholdSeconds (Clock.Since > threshold, strict)."""
+    got, why = update_due(last, new, 0.1, 300.0, now)
+    assert got is due
+    assert reason in why, why
+
+
+def test_published_round_trips_through_a_dict() -> None:
+    p = Published({"a": 1.5, "b": None}, 12.0)
+    assert Published.from_dict(p.to_dict()) == p
+    assert Published.from_dict({}) == NOTHING_PUBLISHED
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(1.0, 200.0), st.one_of(st.none(), st.floats(0.0, 64.0))),
+        min_size=1,
+        max_size=40,
+    ),
+    st.floats(0.01, 1.0),
+    st.floats(10.0, 600.0),
+)
+def test_gate_bounds_staleness(
+    steps: list[tuple[float, float | None]], threshold: float, interval: float
+) -> None:
+    """Whatever the sequence of computed values, a held value is within the threshold of the
+    computed one, exists exactly when it does, and is never older than maxInterval."""
+    last, now = NOTHING_PUBLISHED, 0.0
+    for dt, value in steps:
+        now += dt
+        due, why = update_due(last, {"r": value}, threshold, interval, now)
+        if due:
+            last = Published({"r": value}, now)
+        else:
+            assert last.at is not None and now - last.at <= interval
+            held = last.values.get("r")
+            assert (held is None) == (value is None)
+            if held is not None and value is not None:
+                assert abs(value - held) <= held * threshold
+        assert why.startswith("updated: " if due else "held: ")

@@ -21,6 +21,7 @@ from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
 from engine.config.policy import (
+    DEFAULT_MAX_INTERVAL,
     Action,
     DocumentRef,
     Enhancement,
@@ -34,6 +35,7 @@ from engine.config.policy import (
     Reclaim,
     ReclaimHeadroom,
     ReclaimResource,
+    ReclaimUpdate,
     Rule,
     StringMatch,
     ValueSource,
@@ -665,7 +667,14 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
         memory=resources["memory"],
         degrade_after=parse_duration(raw["degradeAfter"]) if "degradeAfter" in raw else None,
         report_interval=parse_duration(raw["reportInterval"]) if "reportInterval" in raw else None,
+        update=_compile_update(raw["update"]) if "update" in raw else None,
     )
+
+
+def _compile_update(raw: dict[str, Any]) -> ReclaimUpdate:
+    """spec.reclaim.update; maxInterval defaults to Koordinator's updateTimeThresholdSeconds."""
+    interval = parse_duration(raw["maxInterval"]) if "maxInterval" in raw else DEFAULT_MAX_INTERVAL
+    return ReclaimUpdate(diff_threshold=float(raw["diffThreshold"]), max_interval=interval)
 
 
 # ---------------------------------------------------------------- pressure

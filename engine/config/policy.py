@@ -196,6 +196,19 @@ class ReclaimResource:
     headroom: ReclaimHeadroom | None = None  # set when policy is "headroom"
 
 
+DEFAULT_MAX_INTERVAL = 300.0  # Koordinator's updateTimeThresholdSeconds
+
+
+@dataclass(frozen=True)
+class ReclaimUpdate:
+    """spec.reclaim.update: Koordinator's node update gate. Published resources change on the Node
+    only when one of them moved by more than ``diff_threshold`` of its last published value (or
+    appeared or disappeared), or ``max_interval`` seconds after the last update."""
+
+    diff_threshold: float
+    max_interval: float
+
+
 @dataclass(frozen=True)
 class Reclaim:
     enabled: bool
@@ -203,6 +216,7 @@ class Reclaim:
     memory: ReclaimResource | None
     degrade_after: float | None
     report_interval: float | None
+    update: ReclaimUpdate | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance
 from engine.strategies.eviction import Round
 from engine.strategies.pools import PoolPlan
-from engine.strategies.reclaim import ReportHistory
+from engine.strategies.reclaim import NOTHING_PUBLISHED, Published, ReportHistory
 
 if TYPE_CHECKING:
     from engine.evaluate.class_knobs import MemoryQosAsk
@@ -61,6 +61,7 @@ class Tick:
     memory_qos: list[MemoryQosAsk] = field(default_factory=list)  # setCgroup memoryQos, after rules
     pressure: PressureState = NO_PRESSURE  # engine-computed trigger state, stepped this tick
     pressure_inputs: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # "numa:<id>"/"node" -> terms
+    published: Published = NOTHING_PUBLISHED  # the node update gate's memory, stepped after the rules
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from engine.evaluate.context import ActionContext, Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ScopeItems
 from engine.evaluate.pools import PoolStep
 from engine.evaluate.pressure_step import PressureStep
+from engine.evaluate.publish_gate import gate_publishes
 from engine.evaluate.resctrl_step import ResctrlStep
 from engine.evaluate.state import EngineState, Evicting, item_key
 from engine.model.facts import Snapshot, Workload
@@ -171,6 +172,7 @@ class Engine:
             fired_at=dict(state.fired_at),
             reports=dict(state.reports),
             pressure=state.pressure,
+            published=state.published,
             evicting={
                 uid: rec
                 for uid, rec in state.evicting.items()
@@ -184,6 +186,7 @@ class Engine:
         classes = views.classes(self.class_keys) if self.class_keys else MappingProxyType({})
         for cr, evaluated in zip(self.rules, self._conditions(views, classes, t), strict=True):
             self._run_rule(cr, evaluated, snap, views, classes, t)
+        gate_publishes(self.policy.reclaim.update, t)
         if t.pool_plan is not None:
             # A rule that sets a pooled file (suppress narrowing the BE cpuset) wins over the pool.
             taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
@@ -204,6 +207,7 @@ class Engine:
             evicting=t.evicting,
             reports=t.reports,
             pressure=t.pressure,
+            published=t.published,
         )
         return Evaluation(
             now,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from engine.strategies.reclaim import ReportHistory
+from engine.strategies.reclaim import NOTHING_PUBLISHED, Published, ReportHistory
 
 EMPTY_F: Mapping[str, float] = MappingProxyType({})
 
@@ -108,6 +108,7 @@ class EngineState:
     evicting: Mapping[str, Evicting] = field(default_factory=dict)  # pod uid -> eviction under way
     reports: Mapping[str, ReportHistory] = field(default_factory=dict)  # published resource -> smoothing
     pressure: PressureState = NO_PRESSURE  # counters and timers of the engine-computed triggers
+    published: Published = NOTHING_PUBLISHED  # what the node update gate last let through
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -121,6 +122,8 @@ class EngineState:
         pressure = self.pressure.to_dict()
         if pressure:
             out["pressure"] = pressure
+        if self.published.at is not None:
+            out["published"] = self.published.to_dict()
         return out
 
     @classmethod
@@ -136,4 +139,5 @@ class EngineState:
             },
             reports={str(k): ReportHistory.from_dict(v) for k, v in (data.get("reports") or {}).items()},
             pressure=PressureState.from_dict(data.get("pressure") or {}),
+            published=Published.from_dict(data.get("published") or {}),
         )

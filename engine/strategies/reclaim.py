@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config.policy import ReclaimHeadroom, ReclaimResource
@@ -488,3 +488,73 @@ def report(
         value = 0.0
         steps.append(f"<= minIgnored {_num(spec.min_ignored)}: 0")
     return value, ReportHistory(samples, smoothed, value), steps
+
+
+# ------------------------------------------------------------------ node update gate
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the node update gate last let through: per published resource its value (None when
+    withdrawn) and when that update happened. Kept in the engine state, so a restart does not force
+    a write the gate would have held (Koordinator keeps the time only in memory and updates after a
+    restart; qosd has its state file)."""
+
+    values: Mapping[str, float | None] = field(default_factory=dict)
+    at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"values": dict(self.values), "at": self.at}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Published:
+        values = {str(k): None if v is None else float(v) for k, v in (data.get("values") or {}).items()}
+        at = data.get("at")
+        return cls(values, None if at is None else float(at))
+
+
+NOTHING_PUBLISHED = Published()
+
+
+def resource_diff(old: float | None, new: float | None, threshold: float) -> bool:
+    """Koordinator's IsResourceDiff: appearing or disappearing is a change; otherwise the change must
+    exceed ``threshold`` of the old value (a multiplication, so any change from 0 counts)."""
+    if (old is None) != (new is None):
+        return True
+    if old is None or new is None:
+        return False
+    return abs(new - old) > old * threshold
+
+
+def _change(name: str, old: float | None, new: float | None) -> str:
+    if old is None:
+        return f"{name} appears" if new is not None else f"{name} stays absent"
+    if new is None:
+        return f"{name} disappears"
+    if old == 0:
+        return f"{name} {_num(old)} -> {_num(new)}"
+    return f"{name} {_num(old)} -> {_num(new)} ({(new - old) / old * 100:+.1f}%)"
+
+
+def update_due(
+    last: Published, new: Mapping[str, float | None], threshold: float, max_interval: float, now: float
+) -> tuple[bool, str]:
+    """Koordinator's node sync decision (isNodeResourceSyncNeeded): the node is updated when any of
+    the resources reported this round differs from its last published value beyond ``threshold``
+    (``resource_diff``), when it was never updated, or when the last update is more than
+    ``max_interval`` seconds old. The decision is for the node as a whole, as Koordinator writes
+    batch-cpu and batch-memory together. Returns the decision and its reason."""
+    changed = [name for name, v in new.items() if resource_diff(last.values.get(name), v, threshold)]
+    if changed:
+        what = ", ".join(_change(n, last.values.get(n), new[n]) for n in changed)
+        return True, f"updated: {what} (beyond diffThreshold {threshold:g})"
+    if last.at is None:
+        return True, "updated: first update"
+    age = now - last.at
+    if age > max_interval:
+        return True, f"updated: last update {age:g}s ago (> maxInterval {max_interval:g}s)"
+    what = ", ".join(_change(n, last.values.get(n), v) for n, v in new.items())
+    return False, (
+        f"held: {what} within diffThreshold {threshold:g}, last update {age:g}s ago "
+        f"(<= maxInterval {max_interval:g}s)"
+    )
