@@ -462,6 +462,37 @@ def test_steady_state_reuses_the_computation_and_writes_nothing() -> None:
     assert files(engine.evaluate(moved, EngineState())) == files(second)
 
 
+def test_reuse_of_a_whole_tick_ends_with_a_rule_ask_a_new_version_or_new_pods() -> None:
+    """With the same workload objects every pod's result is stable, so the step hands back the last
+    tick's output without visiting the pods. That must end when a rule asks for memory QoS (here
+    only under memory pressure), when the cgroup version changes, and when a pod object changes."""
+    spec = classes("cpu: {shares: 512}\nmemoryQos: {minLimitPercent: 10, throttlingPercent: 0}", "ls") + (
+        "rules:\n  - name: ls-mem\n    when: {node.memory.usage_percent: {gte: 90}}\n"
+        "    then: {setCgroup: {target: {class: ls}, memoryQos: {minLimitPercent: 50}}}\n"
+    )
+    engine = Engine(policy(spec))
+    w = workload("w", "ls", ("main", {"memory": float(Gi)}, {"memory": float(Gi)}))
+    pods = (w,)
+
+    def tick(pressure: bool, version: int = 2, workloads: tuple[Workload, ...] = pods) -> dict[tuple[str, str], str]:
+        snap = snapshot(
+            pods=list(workloads),
+            allocatable={"memory": 60 * Gi, "cpu": 16},
+            node={"memory.usage_percent": 95.0 if pressure else 10.0},
+        )
+        return files(engine.evaluate(replace(snap, cgroup_version=version), EngineState()))
+
+    main = ("kubepods/burstable/podw/main", "memory.min")
+    calm = tick(False)
+    assert calm[main] == str(Gi // 10) and tick(False) == calm
+    assert tick(True)[main] == str(Gi // 2)  # the rule's ask replaces the reused output
+    assert tick(False) == calm
+    assert ("kubepods/burstable/podw", "cpu.shares") in tick(False, version=1)
+    assert ("kubepods/burstable/podw", "cpu.weight") in tick(False)
+    bigger = workload("w", "ls", ("main", {"memory": float(2 * Gi)}, {"memory": float(2 * Gi)}))
+    assert tick(False, workloads=(bigger,))[main] == str(2 * Gi // 10)
+
+
 # ---------------------------------------------------------------- cpu.idle write order
 
 

@@ -59,7 +59,7 @@ from engine.config.policy import Policy, QoSClass
 from engine.config.render import RenderError
 from engine.evaluate.classify import Classified, Classifier
 from engine.evaluate.context import Skipped, Tick
-from engine.evaluate.factview import ACTIVE_PHASES
+from engine.evaluate.factview import ACTIVE_PHASES, same_workloads
 from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
 from engine.model.units import int_or_none
@@ -354,6 +354,18 @@ class _Memo:
     stable: bool
 
 
+@dataclass(frozen=True)
+class _RunMemo:
+    """A whole tick's class-knob output when every pod's result was stable and no rule asked for
+    memory QoS: the next tick with the same workload objects and cgroup version reuses it as is."""
+
+    workloads: tuple[Workload, ...]
+    version: int | None
+    intents: tuple[CgroupIntent, ...]
+    notes: tuple[Skipped, ...]
+    ooms: tuple[PodOomPriority, ...]
+
+
 class ClassKnobStep:
     """The class knobs of one policy generation, compiled per cgroup version on first use."""
 
@@ -364,6 +376,7 @@ class ClassKnobStep:
         self.formula: WeightFormula = policy.weight_formula or DEFAULT_WEIGHT_FORMULA
         self._plans: dict[tuple[str, int | None], _ClassPlan] = {}
         self._memo: dict[int, _Memo] = {}
+        self._run_memo: _RunMemo | None = None
         self._asks: dict[str, MemoryQos] = {}
         self._qos_key: tuple[Any, ...] | None = None  # the kube-QoS sums of the last tick, and their inputs
         self._qos_intents: list[CgroupIntent] = []
@@ -386,15 +399,27 @@ class ClassKnobStep:
     def run(self, snap: Snapshot, node: Mapping[str, Any], t: Tick) -> tuple[PodOomPriority, ...]:
         """Append this tick's class-knob intents and notes; return every active pod's OOM priority."""
         version = snap.cgroup_version if snap.cgroup_version in (1, 2) else None
+        taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
+        whole = self._run_memo
+        if (
+            whole is not None
+            and not t.memory_qos
+            and whole.version == version
+            and same_workloads(whole.workloads, snap.workloads)
+        ):
+            t.intents.extend(i for i in whole.intents if (i.path, i.file) not in taken)
+            t.skipped.extend(whole.notes)
+            return whole.ooms
         asks: dict[str, MemoryQosAsk] = {}
         for ask in t.memory_qos:
             asks.setdefault(ask.class_name, ask)
-        taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
         alloc = _allocatable_memory(snap, node)
         memo: dict[int, _Memo] = {}
         ooms: list[PodOomPriority] = []
         notes: dict[str, Skipped] = {}
         qos_inputs: list[tuple[PodMemoryInput, str, str, str]] = []
+        produced: list[CgroupIntent] = []
+        stable = not asks
         classify = self.classifier.classify
         index = self.policy.class_index
         previous = self._memo
@@ -417,8 +442,8 @@ class ClassKnobStep:
                 if cls is None:
                     continue
                 result = self._pod(w, c, cls, version, asks.get(cls.name), snap, node, alloc, memo)
-            if result.intents:
-                t.intents.extend(i for i in result.intents if (i.path, i.file) not in taken)
+                stable = stable and memo[id(w)].stable
+            produced.extend(result.intents)
             for note in result.notes:
                 notes.setdefault(note.reason, note)
             if result.qos_input is not None:
@@ -431,8 +456,13 @@ class ClassKnobStep:
             key = (tuple(qos_inputs), version)
             if key != self._qos_key:
                 self._qos_key, self._qos_intents = key, self._qos_dirs(qos_inputs, version)
-            t.intents.extend(i for i in self._qos_intents if (i.path, i.file) not in taken)
-        return tuple(ooms)
+            produced.extend(self._qos_intents)
+        t.intents.extend(i for i in produced if (i.path, i.file) not in taken)
+        out = tuple(ooms)
+        self._run_memo = (
+            _RunMemo(snap.workloads, version, tuple(produced), tuple(notes.values()), out) if stable else None
+        )
+        return out
 
     # ---------------------------------------------------------------- one pod
 

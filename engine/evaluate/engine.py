@@ -23,7 +23,7 @@ from engine.evaluate.class_knobs import ClassKnobStep, PodOomPriority
 from engine.evaluate.classify import Classifier
 from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key
 from engine.evaluate.context import ActionContext, Skipped, Tick
-from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ScopeItems
+from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ScopeItems, same_workloads
 from engine.evaluate.pools import PoolStep
 from engine.evaluate.pressure_step import PressureStep
 from engine.evaluate.publish_gate import gate_publishes
@@ -132,6 +132,7 @@ class Engine:
         }
         self._static: dict[int, Any] = {}
         self._members: tuple[tuple[Workload, ...], Mapping[str, tuple[Workload, ...]]] | None = None
+        self._issue_memo: tuple[tuple[Workload, ...], Any, tuple[WorkloadIssue, ...]] | None = None
         self._memo: dict[Any, Any] = {}  # cross-tick results actions reuse while workloads are unchanged
         self.pool_step = PoolStep(policy, self.classifier, generation)
         self.pressure_step = PressureStep(policy, self.classifier)
@@ -143,11 +144,7 @@ class Engine:
         """Active pods by class, in snapshot order. Sources hand back the same Workload objects while
         pods are unchanged, so the index is rebuilt only when the set of objects changes."""
         cached = self._members
-        if (
-            cached is not None
-            and len(cached[0]) == len(workloads)
-            and all(a is b for a, b in zip(cached[0], workloads, strict=True))
-        ):
+        if cached is not None and same_workloads(cached[0], workloads):
             return cached[1]
         out: dict[str, list[Workload]] = {}
         classify = self.classifier.classify
@@ -222,15 +219,21 @@ class Engine:
         )
 
     def _issues(self, snap: Snapshot, pools: PoolPlan | None) -> tuple[WorkloadIssue, ...]:
-        """Pods the policy cannot serve as asked (bad enhancements, cores that do not fit)."""
+        """Pods the policy cannot serve as asked (bad enhancements, cores that do not fit). They follow
+        from the workloads and the pool plan alone, so the same objects give the same answer."""
         pool_errors = pools.errors if pools is not None else {}
+        cached = self._issue_memo
+        if cached is not None and cached[1] is pool_errors and same_workloads(cached[0], snap.workloads):
+            return cached[2]
         out = []
         for w in snap.workloads:
             c = self.classifier.classify(w)
             errors = c.errors + pool_errors.get(w.uid, ())
             if errors:
                 out.append(WorkloadIssue(w.uid, w.key, c.class_name, errors))
-        return tuple(out)
+        issues = tuple(out)
+        self._issue_memo = (snap.workloads, pool_errors, issues)
+        return issues
 
     # ---------------------------------------------------------------- rules
 

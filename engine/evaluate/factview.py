@@ -78,6 +78,19 @@ def _percent_keys(
 ACTIVE_PHASES = ("Running", "Pending")
 
 
+def same_workloads(known: tuple[Workload, ...] | None, workloads: tuple[Workload, ...]) -> bool:
+    """True when ``workloads`` holds the very objects of ``known``, in order. Sources hand back the
+    same Workload objects while pods are unchanged, so this is the cache key of everything derived
+    from workloads alone (a few hundred identity checks, far cheaper than re-deriving)."""
+    if known is workloads:
+        return True
+    return (
+        known is not None
+        and len(known) == len(workloads)
+        and all(a is b for a, b in zip(known, workloads, strict=True))
+    )
+
+
 @dataclass(frozen=True)
 class ScopeItems:
     """The items of one rule scope in one tick, as parallel lists (keys, facts, workloads): every

@@ -22,7 +22,7 @@ from typing import Any
 
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
-from engine.evaluate.factview import ACTIVE_PHASES
+from engine.evaluate.factview import ACTIVE_PHASES, same_workloads
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
 from engine.model.units import format_cpuset, int_or_none, parse_cpuset
@@ -83,15 +83,8 @@ class PoolStep:
 
     def _sync(self, workloads: tuple[Workload, ...]) -> None:
         """Re-derive demands when the workload objects changed (same objects: nothing to do)."""
-        known = self._workloads
-        if known is workloads:
-            return
-        if (
-            known is not None
-            and len(known) == len(workloads)
-            and all(a is b for a, b in zip(known, workloads, strict=True))
-        ):
-            self._workloads = workloads  # a new tuple of the same objects
+        if same_workloads(self._workloads, workloads):
+            self._workloads = workloads  # perhaps a new tuple of the same objects
             return
         self._workloads = workloads
         self._version += 1
