@@ -138,7 +138,7 @@ class FactViews:
             out = ScopeItems([str(n) for n in numa], list(numa.values()), [None] * len(numa))
         elif scope == "pod":
             pods = [w for w in self.snapshot.workloads if w.phase in ACTIVE_PHASES]
-            out = ScopeItems([w.key for w in pods], [self.pod(w) for w in pods], list(pods))
+            out = ScopeItems([w.key for w in pods], self._pod_items(pods), list(pods))
         else:
             pairs = [
                 (w, c.name) for w in self.snapshot.workloads if w.phase in ACTIVE_PHASES for c in w.containers
@@ -230,6 +230,20 @@ class FactViews:
                 item[key] = value
 
     # ---- pods
+    def _pod_items(self, pods: list[Workload]) -> list[ItemFacts]:
+        """``pod`` for every active pod, inlined: this runs for every pod every tick, and is the
+        largest part of a tick that both backends share."""
+        views, static, measured_of = self._pods, self._static, self.snapshot.metrics.pods.get
+        out = []
+        for w in pods:
+            view = views.get(w.uid)
+            if view is None:
+                hit = static.get(id(w))
+                facts = hit[1] if hit is not None and hit[0] is w else self._pod_static(w)
+                view = views[w.uid] = item_facts(measured_of(w.uid, EMPTY), facts)
+            out.append(view)
+        return out
+
     def pod(self, w: Workload) -> ItemFacts:
         view = self._pods.get(w.uid)
         if view is None:
