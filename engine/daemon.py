@@ -716,6 +716,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
     from engine.adapters.kube import KubeOperations
     from engine.kube.client import load_api_client
     from engine.kube.events import EventRecorder
+    from engine.kube.reflector import ReflectorCollector
     from engine.kube.status import NodeStatusWriter, PolicyStatusAggregator, PolicyStatusController
     from engine.sources.cgroupfs import CgroupFS
     from engine.sources.kubenode import NodeWatch
@@ -774,6 +775,8 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         ],
     )
     reloader = daemon.reloader
+    watched = [node.reflector, pods.reflector, policies.reflector]
+    daemon.metrics.registry.register(ReflectorCollector(lambda: watched))
 
     def crd_changed() -> None:
         reloader.request("crd")

@@ -356,6 +356,9 @@ def test_node_extended_resources_appear_update_and_disappear_with_degradation(
 def test_the_daemon_recovers_from_a_watch_disconnect_and_from_410(
     cluster: ApiServer, run_qosd: Callable[..., Running]
 ) -> None:
+    # No bookmarks: the QoSPolicy watch's resourceVersion then stays at its last QoSPolicy event,
+    # so a change to another resource followed by a compaction makes its next watch a certain 410.
+    cluster.bookmark_interval = 3600.0
     q = run_qosd()
     overlay = (
         "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: overlay}\nspec:\n  priority: 50\n"
@@ -366,10 +369,17 @@ def test_the_daemon_recovers_from_a_watch_disconnect_and_from_410(
     q.apply_policy(overlay)
     wait_for("the reload after a disconnect", lambda: q.generation() == 2)
 
+    cluster.put(pod("late", "be"))
     cluster.compact()
     cluster.drop_watches()
     q.apply_policy(overlay.replace("90", "70"))
-    cluster.put(pod("late", "be"))
     wait_for("the reload after 410 and a relist", lambda: q.generation() == 3)
     pods = q.daemon.source.collector.source  # the pod source
     wait_for("the new pod in the workloads", lambda: any(w.name == "late" for w in pods.workloads()))
+    # What an operator sees on /metrics: both recoveries, per watched resource.
+    assert q.metric("qosd_kube_watch_restarts_total", resource="qospolicies") >= 1
+    assert q.metric("qosd_kube_watch_expired_total", resource="qospolicies") >= 1
+    assert q.metric("qosd_kube_watch_lists_total", resource="qospolicies") >= 2  # the first and the relist
+    assert q.metric("qosd_kube_watch_synced", resource="pods") == 1
+    assert q.metric("qosd_kube_watch_objects", resource="pods") == 2  # web and late; "elsewhere" is on node-b
+

@@ -605,3 +605,36 @@ def test_a_watch_that_keeps_expiring_right_after_a_list_backs_off_between_relist
         assert backoff.sleeps == 2
     finally:
         r.stop()
+
+
+def test_the_counters_are_prometheus_metrics_per_resource(
+    apiserver: ApiServer, pods: Callable[..., tuple[Reflector, Gate]]
+) -> None:
+    """ReflectorCollector in a registry, read back through the text exposition format a Prometheus
+    server scrapes: a relist forced by a 410 and a resumed watch show up under the resource's label."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from engine.kube.reflector import ReflectorCollector
+
+    apiserver.bookmark_interval = 3600.0  # the watch stays at its last pod event
+    apiserver.put(pod("a"))
+    r, _ = pods()
+    registry = CollectorRegistry()
+    registry.register(ReflectorCollector(lambda: [r]))
+    apiserver.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}})
+    apiserver.compact()  # the namespace moved the resourceVersion past the pod watch's
+    apiserver.drop_watches()
+    apiserver.put(pod("b"))
+    wait_until(lambda: names(r) == {"a", "b"}, what="b after the relist")
+    samples = {
+        (s.name, s.labels.get("resource")): s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in family.samples
+    }
+    assert samples[("qosd_kube_watch_expired_total", "pods")] == 1.0
+    assert samples[("qosd_kube_watch_lists_total", "pods")] == 2.0
+    assert samples[("qosd_kube_watch_restarts_total", "pods")] >= 1.0
+    assert samples[("qosd_kube_watch_errors_total", "pods")] == 0.0
+    assert samples[("qosd_kube_watch_synced", "pods")] == 1.0
+    assert samples[("qosd_kube_watch_objects", "pods")] == 2.0

@@ -44,6 +44,8 @@ from typing import Any
 import urllib3
 from kubernetes import watch as kwatch
 from kubernetes.client.rest import ApiException
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from engine.kube.apicall import describe_error, read_json
 from engine.kube.client import REQUEST_TIMEOUT, WATCH_TIMEOUT_SECONDS, Backoff
@@ -570,3 +572,41 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     if ra and rb:
         return ra == rb
     return a == b
+
+
+class ReflectorCollector(Collector):
+    """The reflectors' counters as Prometheus metrics, read at scrape time.
+
+    The counters already live in each reflector (``ReflectorStats``), so the watch threads pay
+    nothing per event; a scrape copies them. Labelled by the reflector's resource name, so an
+    operator can tell a pod watch that keeps relisting (410s: the API server compacts faster than
+    qosd reconnects) from a QoSPolicy watch that fails (RBAC, a missing CRD)."""
+
+    COUNTERS = (
+        ("lists", "qosd_kube_watch_lists", "Successful lists, the first one included."),
+        ("relists_410", "qosd_kube_watch_expired", "Lists forced by 410 Gone (resourceVersion too old)."),
+        ("watch_restarts", "qosd_kube_watch_restarts", "Watches resumed from the last resourceVersion."),
+        ("errors", "qosd_kube_watch_errors", "Failed lists and watches (retried with backoff)."),
+        ("events", "qosd_kube_watch_events", "Watch events applied to the store."),
+    )
+
+    def __init__(self, reflectors: Callable[[], list[Reflector]]) -> None:
+        self._reflectors = reflectors
+
+    def collect(self) -> Generator[Any, None, None]:
+        reflectors = self._reflectors()
+        stats = [(r.name, r.stats) for r in reflectors]
+        for attr, name, doc in self.COUNTERS:
+            family = CounterMetricFamily(name, doc, labels=["resource"])
+            for resource, s in stats:
+                family.add_metric([resource], float(getattr(s, attr)))
+            yield family
+        synced = GaugeMetricFamily(
+            "qosd_kube_watch_synced", "1 once the first list has filled the store.", labels=["resource"]
+        )
+        objects = GaugeMetricFamily("qosd_kube_watch_objects", "Objects in the store.", labels=["resource"])
+        for r in reflectors:
+            synced.add_metric([r.name], 1.0 if r.synced else 0.0)
+            objects.add_metric([r.name], float(len(r.items())))
+        yield synced
+        yield objects
