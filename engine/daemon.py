@@ -775,8 +775,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         ],
     )
     reloader = daemon.reloader
-    watched = [node.reflector, pods.reflector, policies.reflector]
-    daemon.metrics.registry.register(ReflectorCollector(lambda: watched))
+    daemon.metrics.registry.register(ReflectorCollector([node.reflector, pods.reflector, policies.reflector]))
 
     def crd_changed() -> None:
         reloader.request("crd")
@@ -821,7 +820,6 @@ def _node_status_reflector(api: Any, poke: Callable[[], None], aggregator: Any) 
         functools.partial(
             client.CustomObjectsApi(api).list_cluster_custom_object, GROUP, VERSION, NODE_STATUS_PLURAL
         ),
-        key=lambda o: str((o.get("metadata") or {}).get("name", "")),
         on_change=poke,
     )
     aggregator.node_statuses = reflector.items

@@ -621,7 +621,7 @@ def test_the_counters_are_prometheus_metrics_per_resource(
     apiserver.put(pod("a"))
     r, _ = pods()
     registry = CollectorRegistry()
-    registry.register(ReflectorCollector(lambda: [r]))
+    registry.register(ReflectorCollector([r]))
     apiserver.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}})
     apiserver.compact()  # the namespace moved the resourceVersion past the pod watch's
     apiserver.drop_watches()

@@ -233,23 +233,18 @@ class FactViews:
     def _pod_items(self, pods: list[Workload]) -> list[ItemFacts]:
         """``pod`` for every active pod, inlined: this runs for every pod every tick, and is the
         largest part of a tick that both backends share."""
-        views, static, measured_of = self._pods, self._static, self.snapshot.metrics.pods.get
+        views, static_of, measured_of = self._pods, self._pod_static, self.snapshot.metrics.pods.get
         out = []
         for w in pods:
             view = views.get(w.uid)
             if view is None:
-                hit = static.get(id(w))
-                facts = hit[1] if hit is not None and hit[0] is w else self._pod_static(w)
-                view = views[w.uid] = item_facts(measured_of(w.uid, EMPTY), facts)
+                view = views[w.uid] = item_facts(measured_of(w.uid, EMPTY), static_of(w))
             out.append(view)
         return out
 
     def pod(self, w: Workload) -> ItemFacts:
         view = self._pods.get(w.uid)
-        if view is None:
-            view = item_facts(self.snapshot.metrics.pods.get(w.uid, EMPTY), self._pod_static(w))
-            self._pods[w.uid] = view
-        return view
+        return view if view is not None else self._pod_items([w])[0]
 
     def _pod_static(self, w: Workload) -> FactMap:
         hit = self._static.get(id(w))

@@ -36,7 +36,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -590,11 +590,11 @@ class ReflectorCollector(Collector):
         ("events", "qosd_kube_watch_events", "Watch events applied to the store."),
     )
 
-    def __init__(self, reflectors: Callable[[], list[Reflector]]) -> None:
-        self._reflectors = reflectors
+    def __init__(self, reflectors: Sequence[Reflector]) -> None:
+        self._reflectors = tuple(reflectors)
 
     def collect(self) -> Generator[Any, None, None]:
-        reflectors = self._reflectors()
+        reflectors = self._reflectors
         stats = [(r.name, r.stats) for r in reflectors]
         for attr, name, doc in self.COUNTERS:
             family = CounterMetricFamily(name, doc, labels=["resource"])

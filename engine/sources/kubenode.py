@@ -18,17 +18,13 @@ from typing import Any
 
 from kubernetes import client
 
+from engine.kube.objects import resource_list, str_map
 from engine.kube.reflector import Json, Reflector
-from engine.model.units import parse_quantity
 
 log = logging.getLogger("qosd")
 
 _EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 _EMPTY_RESOURCES: Mapping[str, float] = MappingProxyType({})
-
-
-def _name_key(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 class NodeWatch:
@@ -52,7 +48,6 @@ class NodeWatch:
             "node",
             client.CoreV1Api(api_client).list_node,
             field_selector=f"metadata.name={node_name}",
-            key=_name_key,
             on_change=self._changed,
             **options,
         )
@@ -65,7 +60,7 @@ class NodeWatch:
             _EMPTY_RESOURCES,
         )
         self._notified_labels: Mapping[str, str] | None = None
-        self._bad_quantities: set[tuple[str, str]] = set()
+        self._bad_quantities: set[str] = set()
 
     # -- lifecycle (engine.daemon.Service)
 
@@ -121,31 +116,21 @@ class NodeWatch:
             labels: Mapping[str, str] = _EMPTY_LABELS
             allocatable: Mapping[str, float] = _EMPTY_RESOURCES
             if node is not None:
-                meta = node.get("metadata") or {}
-                labels = MappingProxyType({str(k): str(v) for k, v in (meta.get("labels") or {}).items()})
-                allocatable = MappingProxyType(
-                    self._quantities((node.get("status") or {}).get("allocatable"))
-                )
+                labels = str_map((node.get("metadata") or {}).get("labels"))
+                allocatable = self._allocatable((node.get("status") or {}).get("allocatable"))
             self._derived = (view.version, labels, allocatable)
             return self._derived
 
-    def _quantities(self, raw: Any) -> dict[str, float]:
-        out: dict[str, float] = {}
-        if not isinstance(raw, Mapping):
-            return out
-        for name, value in raw.items():
-            try:
-                if not isinstance(value, str | int | float):
-                    raise ValueError(f"{value!r} is not a quantity")
-                out[str(name)] = parse_quantity(value)
-            except ValueError as exc:
-                ident = (str(name), repr(value))
-                if ident not in self._bad_quantities:
-                    self._bad_quantities.add(ident)
-                    log.warning(
-                        "node allocatable entry does not parse; left out",
-                        extra={"fields": {"node": self.node_name, "resource": str(name), "error": str(exc)}},
-                    )
+    def _allocatable(self, raw: Any) -> Mapping[str, float]:
+        problems: list[str] = []
+        out = resource_list(raw, "status.allocatable", problems)
+        for problem in problems:
+            if problem not in self._bad_quantities:  # once per distinct problem, not per change
+                self._bad_quantities.add(problem)
+                log.warning(
+                    "node allocatable entry does not parse",
+                    extra={"fields": {"node": self.node_name, "error": problem}},
+                )
         return out
 
     # -- the reflector's callback (its thread)

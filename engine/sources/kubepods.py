@@ -27,15 +27,14 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from kubernetes import client
 
 from engine.adapters.cgpaths import Driver, container_path, pod_path
+from engine.kube.objects import resource_list, str_map
 from engine.kube.reflector import Reflector, resource_version_of
 from engine.model.facts import Container, Workload
-from engine.model.units import parse_quantity
 
 log = logging.getLogger("qosd")
 
@@ -55,30 +54,6 @@ class PodProblem:
 # ------------------------------------------------------------------------------------------ pods
 
 
-def _str_map(raw: Any) -> Mapping[str, str]:
-    if not isinstance(raw, Mapping):
-        return MappingProxyType({})
-    return MappingProxyType({str(k): str(v) for k, v in raw.items()})
-
-
-def _quantities(raw: Any, what: str, problems: list[str]) -> Mapping[str, float]:
-    """A ResourceList; an entry that does not parse is left out and reported."""
-    out: dict[str, float] = {}
-    if raw is None:
-        return MappingProxyType(out)
-    if not isinstance(raw, Mapping):
-        problems.append(f"{what} is not a map of quantities: {raw!r}")
-        return MappingProxyType(out)
-    for name, value in raw.items():
-        try:
-            if not isinstance(value, str | int | float):
-                raise ValueError(f"{value!r} is not a quantity")
-            out[str(name)] = parse_quantity(value)
-        except ValueError as exc:
-            problems.append(f"{what}.{name}: {exc}; left out")
-    return MappingProxyType(out)
-
-
 def _resources(
     spec: Mapping[str, Any], what: str, problems: list[str]
 ) -> tuple[Mapping[str, float], Mapping[str, float]]:
@@ -87,8 +62,8 @@ def _resources(
         problems.append(f"{what}.resources is not a map: {resources!r}")
         resources = {}
     return (
-        _quantities(resources.get("requests"), f"{what}.resources.requests", problems),
-        _quantities(resources.get("limits"), f"{what}.resources.limits", problems),
+        resource_list(resources.get("requests"), f"{what}.resources.requests", problems),
+        resource_list(resources.get("limits"), f"{what}.resources.limits", problems),
     )
 
 
@@ -203,8 +178,8 @@ def workload_from_pod(pod: Mapping[str, Any], driver: Driver, problems: list[str
         uid=uid,
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
-        labels=_str_map(meta.get("labels")),
-        annotations=_str_map(meta.get("annotations")),
+        labels=str_map(meta.get("labels")),
+        annotations=str_map(meta.get("annotations")),
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
         priority_class_name=str(spec.get("priorityClassName") or ""),
         kube_qos=qos,

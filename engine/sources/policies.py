@@ -65,7 +65,6 @@ class PolicyWatch:
         self.reflector = reflector or Reflector(
             "qospolicies",
             functools.partial(api.list_cluster_custom_object, GROUP, VERSION, POLICY_PLURAL),
-            key=lambda o: str((o.get("metadata") or {}).get("name", "")),
             on_change=self._changed,
         )
         self._lock = threading.Lock()
