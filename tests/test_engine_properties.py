@@ -9,14 +9,22 @@ from hypothesis import strategies as st
 
 from engine.config.conditions import AllOf, AnyOf, Compare, Condition, Not
 from engine.config.policy import QoSClass
-from engine.evaluate.compiler import to_source
+from engine.evaluate.compiler import compile_condition
 from engine.evaluate.factview import item_facts
 from engine.model.factnames import registry
 from engine.model.intents import EvictIntent, Provenance
 from engine.plan.planner import Guards, plan
 from tests.builders import policy
 
-NUMERIC = ["node.memory.usage_percent", "node.cpu.usage_cores", "numa.memory.free_bytes", "class.be.pods", "pod.priority"]
+NUMERIC = [
+    "node.memory.usage_percent", "node.cpu.usage_cores", "numa.memory.free_bytes", "class.be.pods", "pod.priority",
+    "pod.memory.rss_over_request", "pod.cpu.usage_over_request",
+]
+# Ratio facts a collector may send or the engine computes from numerator / denominator.
+RATIO_PARTS = {
+    "memory.rss_over_request": ("memory.rss_bytes", "memory.request_bytes"),
+    "cpu.usage_over_request": ("cpu.usage_cores", "cpu.request_cores"),
+}
 TEXT = ["pod.class", "pod.kube_qos"]
 
 
@@ -79,7 +87,11 @@ def reference(cond: Condition, n: dict[str, Any], c: dict[str, Any], i: dict[str
     if isinstance(cond, Not):
         return not reference(cond.item, n, c, i, latched)
     source = {"node": n, "class": c}.get(cond.spec.scope, i)
-    v = source.get(key_of(cond))
+    key = key_of(cond)
+    v = source.get(key)
+    if v is None and source is i and key in RATIO_PARTS:
+        num, den = (i.get(k) for k in RATIO_PARTS[key])
+        v = num / den if num is not None and den else None
     if cond.op == "exists":
         return (v is not None) == cond.value
     if v is None:
@@ -96,19 +108,28 @@ def reference(cond: Condition, n: dict[str, Any], c: dict[str, Any], i: dict[str
 @settings(max_examples=400, deadline=None)
 @given(cond=conditions, data=st.data(), latched=st.booleans())
 def test_generated_code_matches_the_reference(cond: Condition, data: st.DataObject, latched: bool) -> None:
-    fn = eval(compile(f"lambda N, C, I, L: {to_source(cond)}", "<test>", "eval"))
+    """The generated function answers for a batch of items, in order, as the reference does for each."""
+    fn = compile_condition(cond)
     keys = [
         "memory.usage_percent", "cpu.usage_cores", "cpu.usage_cores@avg:60s", "cpu.usage_cores@avg:300s",
         "memory.usage_percent@avg:60s", "memory.usage_percent@avg:300s",
     ]
     n: dict[str, Any] = {k: data.draw(numbers) for k in keys if data.draw(st.booleans())}
     c = {"class.be.pods": data.draw(numbers)} if data.draw(st.booleans()) else {}
-    item_keys = ["memory.free_bytes", "priority", "memory.free_bytes@avg:60s", "memory.free_bytes@avg:300s"]
-    i: dict[str, Any] = {k: data.draw(numbers) for k in item_keys if data.draw(st.booleans())}
-    for k in ("class", "kube_qos"):
-        if data.draw(st.booleans()):
-            i[k] = data.draw(st.sampled_from(["be", "ls", "Guaranteed", "BestEffort"]))
-    assert fn(n, c, item_facts(i, {}), latched) == reference(cond, n, c, i, latched)
+    item_keys = [
+        "memory.free_bytes", "priority", "memory.free_bytes@avg:60s", "memory.free_bytes@avg:300s",
+        "memory.rss_over_request", "memory.rss_bytes", "memory.request_bytes", "cpu.usage_cores",
+        "cpu.request_cores",
+    ]
+    items: list[dict[str, Any]] = []
+    for _ in range(data.draw(st.integers(0, 3))):
+        i: dict[str, Any] = {k: data.draw(numbers) for k in item_keys if data.draw(st.booleans())}
+        for k in ("class", "kube_qos"):
+            if data.draw(st.booleans()):
+                i[k] = data.draw(st.sampled_from(["be", "ls", "Guaranteed", "BestEffort"]))
+        items.append(i)
+    expected = [reference(cond, n, c, i, latched) for i in items]
+    assert fn(n, c, [item_facts(i, {}) for i in items], latched) == expected
 
 
 POLICY = policy(

@@ -6,10 +6,12 @@ durable-rules and several times faster than closures. Values in the source come 
 policy (numbers and strings, inserted with ``repr``), so the generated code is data-driven but not
 injectable.
 
-Generated signature: ``f(N, C, I, L) -> bool`` with N the node facts (dict), C the class facts (flat
-dict ``class.<name>.<path>``), I the item facts (NUMA node, pod or container: an ``ItemFacts``,
-read by subscription) and L whether the rule is latched (fired and not cleared), which selects
-hysteresis thresholds.
+Generated signature: ``f(N, C, X, L) -> list[bool]`` with N the node facts (dict), C the class
+facts (flat dict ``class.<name>.<path>``), X the items of the rule's scope (NUMA nodes, pods or
+containers: ``ItemFacts``) and L whether they are latched (fired and not cleared), which selects
+hysteresis thresholds. The loop over the items is inside the generated function, a comprehension,
+so a tick costs one Python call per rule rather than one per rule and pod. Item facts are read with
+``dict.get`` (no ``__missing__`` call for a fact a pod lacks) and ratio facts are computed inline.
 A missing fact makes a comparison false (``exists: false`` is the way to test absence).
 """
 
@@ -21,10 +23,12 @@ from typing import Any
 
 from engine.config.conditions import AllOf, Compare, Condition, Not, comparisons
 from engine.config.policy import Policy, Rule
+from engine.evaluate.factview import RATIOS
 from engine.model.facts import window_key
 from engine.model.intents import Observation
 
-CondFn = Callable[[Mapping[str, Any], Mapping[str, Any], Any, bool], bool]
+CondFn = Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[Any], bool], list[bool]]
+"""A compiled condition: one answer per item of ``X``, in order."""
 
 _PY_OPS = {"eq": "==", "ne": "!=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 
@@ -49,9 +53,22 @@ def relaxed(c: Compare) -> float | None:
     return value - c.hysteresis if c.op in ("gt", "gte") else value + c.hysteresis
 
 
+def _item_src(key: str) -> str:
+    """An item fact as the generated code reads it: measured, else (for a ratio) computed from its
+    numerator and denominator as ``ItemFacts`` would, else None."""
+    pair = RATIOS.get(key)
+    if pair is None:
+        return f"_get(I, {key!r})"
+    num, den = pair
+    return (
+        f"(I[{key!r}] if {key!r} in I else "
+        f"(_n / _d if (_n := _get(I, {num!r})) is not None and (_d := _get(I, {den!r})) else None))"
+    )
+
+
 def _compare_src(c: Compare) -> str:
     var = source_var(c)
-    get = f"I[{fact_key(c)!r}]" if var == "I" else f"{var}.get({fact_key(c)!r})"
+    get = _item_src(fact_key(c)) if var == "I" else f"{var}.get({fact_key(c)!r})"
     if c.op == "exists":
         return f"(({get} is not None) is {bool(c.value)!r})"
     if c.op == "in":
@@ -88,6 +105,13 @@ Call = tuple[int, str, Sequence[Any], bool]
 """(rule index, "when" | "clear", the items' facts, latched): one answer per item, in order."""
 
 
+def _always(
+    node: Mapping[str, Any], classes: Mapping[str, Any], items: Sequence[Any], latched: bool
+) -> list[bool]:
+    """A rule without a condition holds for every item."""
+    return [True] * len(items)
+
+
 class PythonBackend:
     """The default evaluator: the generated functions, called in-process."""
 
@@ -95,10 +119,9 @@ class PythonBackend:
 
     def __init__(self, rules: tuple[CompiledRule, ...]):
         self.rules = rules
-        always: CondFn = lambda n, c, i, latched: True  # noqa: E731 - a rule without a condition holds
         self._fns = {
-            "when": [r.when or always for r in rules],
-            "clear": [r.clear or always for r in rules],
+            "when": [r.when or _always for r in rules],
+            "clear": [r.clear or _always for r in rules],
         }
 
     def evaluate_many(
@@ -109,7 +132,7 @@ class PythonBackend:
         for index, which, items, latched in calls:
             fn = (whens if which == "when" else clears)[index]
             try:
-                out.extend([fn(node, classes, item, latched) for item in items])
+                out.extend(fn(node, classes, items, latched))
             except TypeError:
                 out.extend([_guarded(fn, node, classes, item, latched) for item in items])
         return out
@@ -122,11 +145,27 @@ def _guarded(
     fn: CondFn, node: Mapping[str, Any], classes: Mapping[str, Any], item: Any, latched: bool
 ) -> bool:
     try:
-        return fn(node, classes, item, latched)
+        return fn(node, classes, (item,), latched)[0]
     except TypeError:
         # A collector sent a value of the wrong type (text where a number belongs): the comparison
         # cannot hold, and one bad metric must not stop the tick.
         return False
+
+
+def _function_src(name: str, cond: Condition) -> str:
+    return f"def {name}(N, C, X, L):\n    return [{to_source(cond)} for I in X]\n"
+
+
+def _run(source: str, filename: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"_get": dict.get}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def compile_condition(cond: Condition) -> CondFn:
+    """One condition on its own (tests, tools); rules are compiled together by ``compile_rules``."""
+    fn: CondFn = _run(_function_src("cond", cond), "<qosd condition>")["cond"]
+    return fn
 
 
 def compile_rules(policy: Policy) -> tuple[CompiledRule, ...]:
@@ -134,12 +173,11 @@ def compile_rules(policy: Policy) -> tuple[CompiledRule, ...]:
     lines: list[str] = []
     for i, rule in enumerate(policy.rules):
         if rule.when is not None:
-            lines.append(f"def when_{i}(N, C, I, L):\n    return {to_source(rule.when)}\n")
+            lines.append(_function_src(f"when_{i}", rule.when))
         if rule.clear_when is not None:
-            lines.append(f"def clear_{i}(N, C, I, L):\n    return {to_source(rule.clear_when)}\n")
+            lines.append(_function_src(f"clear_{i}", rule.clear_when))
     source = "\n".join(lines)
-    namespace: dict[str, Any] = {}
-    exec(compile(source, f"<qosd rules {policy.short_hash}>", "exec"), namespace)
+    namespace = _run(source, f"<qosd rules {policy.short_hash}>")
     return tuple(
         CompiledRule(
             rule,

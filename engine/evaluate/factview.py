@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -96,9 +96,9 @@ class ScopeItems:
     """The items of one rule scope in one tick, as parallel lists (keys, facts, workloads): every
     rule of the scope shares them, and the backend receives ``facts`` as one batch."""
 
-    keys: list[str | None]
-    facts: list[ItemFacts]
-    workloads: list[Workload | None]
+    keys: Sequence[str | None]
+    facts: Sequence[ItemFacts]
+    workloads: Sequence[Workload | None]
 
 
 class FactViews:
@@ -137,8 +137,8 @@ class FactViews:
             numa = self.numa
             out = ScopeItems([str(n) for n in numa], list(numa.values()), [None] * len(numa))
         elif scope == "pod":
-            pods = [w for w in self.snapshot.workloads if w.phase in ACTIVE_PHASES]
-            out = ScopeItems([w.key for w in pods], self._pod_items(pods), list(pods))
+            pods, keys, uids, statics = self._active_pods()
+            out = ScopeItems(keys, self._pod_items(uids, statics), pods)
         else:
             pairs = [
                 (w, c.name) for w in self.snapshot.workloads if w.phase in ACTIVE_PHASES for c in w.containers
@@ -230,21 +230,46 @@ class FactViews:
                 item[key] = value
 
     # ---- pods
-    def _pod_items(self, pods: list[Workload]) -> list[ItemFacts]:
-        """``pod`` for every active pod, inlined: this runs for every pod every tick, and is the
-        largest part of a tick that both backends share."""
-        views, static_of, measured_of = self._pods, self._pod_static, self.snapshot.metrics.pods.get
-        out = []
-        for w in pods:
-            view = views.get(w.uid)
-            if view is None:
-                view = views[w.uid] = item_facts(measured_of(w.uid, EMPTY), static_of(w))
-            out.append(view)
+    def _active_pods(self) -> tuple[list[Workload], list[str], list[str], list[FactMap]]:
+        """The active pods with their keys, uids and static facts. They follow from the workload
+        objects alone, so they are kept across the ticks of a generation while the snapshot hands
+        over the same objects (the lists are shared and must not be changed)."""
+        workloads = self.snapshot.workloads
+        hit = self.generation_memo.get("active_pods")
+        if hit is not None and same_workloads(hit[0], workloads):
+            result: tuple[list[Workload], list[str], list[str], list[FactMap]] = hit[1]
+            return result
+        pods = [w for w in workloads if w.phase in ACTIVE_PHASES]
+        result = (pods, [w.key for w in pods], [w.uid for w in pods], [self._pod_static(w) for w in pods])
+        self.generation_memo["active_pods"] = (workloads, result)
+        return result
+
+    def _pod_items(self, uids: list[str], statics: list[FactMap]) -> list[ItemFacts]:
+        """Measured over static facts for every active pod: this runs for every pod every tick, and
+        is the largest part of a tick that both backends share, hence ``item_facts`` inlined."""
+        measured_of = self.snapshot.metrics.pods.get
+        proxy = MappingProxyType
+        out: list[ItemFacts] = []
+        append = out.append
+        for uid, static in zip(uids, statics, strict=True):
+            facts = ItemFacts(static)
+            measured = measured_of(uid)
+            if measured:
+                facts.update(measured.copy() if type(measured) is proxy else measured)
+            append(facts)
+        known = self._pods
+        if known:  # a pod asked for before its scope was built keeps the view it was given
+            out = [known.get(uid, facts) for uid, facts in zip(uids, out, strict=True)]
+        known.update(zip(uids, out, strict=True))
         return out
 
     def pod(self, w: Workload) -> ItemFacts:
         view = self._pods.get(w.uid)
-        return view if view is not None else self._pod_items([w])[0]
+        if view is None:
+            view = self._pods[w.uid] = item_facts(
+                self.snapshot.metrics.pods.get(w.uid, EMPTY), self._pod_static(w)
+            )
+        return view
 
     def _pod_static(self, w: Workload) -> FactMap:
         hit = self._static.get(id(w))
