@@ -36,7 +36,7 @@ from engine.evaluate import durable
 from engine.evaluate.compiler import PythonBackend, compile_rules, fact_key, relaxed
 from engine.evaluate.durable import INSTALL_HINT, DurableBackend, DurableBackendError, translate
 from engine.evaluate.engine import Engine
-from engine.evaluate.factview import EMPTY_ITEM, ItemFacts, item_facts
+from engine.evaluate.factview import Row
 from engine.evaluate.state import EngineState
 from engine.model.factnames import FactSpec, registry
 from engine.model.facts import Container, Cpu, Metrics, Snapshot, Topology, Workload
@@ -113,110 +113,113 @@ psi15 = fact(PSI, "gte", 15)
 hot = fact(MEM, "gt", 80, hysteresis=5)
 cold = fact(MEM, "lt", 20, hysteresis=5)
 
-# (id, condition, node facts, class facts, item facts, latched, expected)
+NO_FACTS: Row = ({}, {})  # an item without facts (node-scoped rules read none)
+
+# (id, condition, node facts, class facts, item facts: a (measured, derived) row or measured only,
+#  latched, expected)
 CASES: list[tuple[str, Condition, dict[str, Any], dict[str, Any], Any, bool, bool]] = [
-    ("eq-int", eq95, n(mem=95), {}, EMPTY_ITEM, False, True),
-    ("eq-float", eq95, n(mem=95.0), {}, EMPTY_ITEM, False, True),
-    ("eq-near", eq95, n(mem=94.99999999999999), {}, EMPTY_ITEM, False, False),
-    ("eq-missing", eq95, n(), {}, EMPTY_ITEM, False, False),
-    ("eq-nan", eq95, n(mem=NAN), {}, EMPTY_ITEM, False, False),
-    ("ne-same", ne95, n(mem=95), {}, EMPTY_ITEM, False, False),
-    ("ne-other", ne95, n(mem=96), {}, EMPTY_ITEM, False, True),
-    ("ne-missing", ne95, n(), {}, EMPTY_ITEM, False, False),
-    ("ne-nan", ne95, n(mem=NAN), {}, EMPTY_ITEM, False, True),
-    ("lt-below", fact(MEM, "lt", 80), n(mem=79.9), {}, EMPTY_ITEM, False, True),
-    ("lt-equal", fact(MEM, "lt", 80), n(mem=80), {}, EMPTY_ITEM, False, False),
-    ("lt-negative", fact(MEM, "lt", 80), n(mem=-5), {}, EMPTY_ITEM, False, True),
-    ("lt-minus-inf", fact(MEM, "lt", 80), n(mem=-INF), {}, EMPTY_ITEM, False, True),
-    ("lt-missing", fact(MEM, "lt", 80), n(), {}, EMPTY_ITEM, False, False),
-    ("lt-nan", fact(MEM, "lt", 80), n(mem=NAN), {}, EMPTY_ITEM, False, False),
-    ("lte-equal", fact(MEM, "lte", 80), n(mem=80), {}, EMPTY_ITEM, False, True),
-    ("lte-above", fact(MEM, "lte", 80), n(mem=80.0000001), {}, EMPTY_ITEM, False, False),
-    ("gt-equal", gt80, n(mem=80), {}, EMPTY_ITEM, False, False),
-    ("gt-next-float", gt80, n(mem=math.nextafter(80, INF)), {}, EMPTY_ITEM, False, True),
-    ("gt-inf", gt80, n(mem=INF), {}, EMPTY_ITEM, False, True),
-    ("gt-missing", gt80, n(), {}, EMPTY_ITEM, False, False),
-    ("gt-nan", gt80, n(mem=NAN), {}, EMPTY_ITEM, False, False),
-    ("gte-equal", fact(MEM, "gte", 80), n(mem=80), {}, EMPTY_ITEM, False, True),
-    ("gte-below", fact(MEM, "gte", 80), n(mem=79.999), {}, EMPTY_ITEM, False, False),
-    ("gt-tiny-threshold", fact(MEM, "gt", 0.00001), n(mem=0.00002), {}, EMPTY_ITEM, False, True),
-    ("gt-tiny-equal", fact(MEM, "gt", 0.00001), n(mem=1e-05), {}, EMPTY_ITEM, False, False),
-    ("gt-subnormal", fact(MEM, "gt", 1e-300), n(mem=5e-324), {}, EMPTY_ITEM, False, False),
-    ("lt-huge-threshold", fact(MEM, "lt", 1e20), n(mem=1e19), {}, EMPTY_ITEM, False, True),
-    ("lt-huge-value", fact(MEM, "lt", 1e20), n(mem=2e20), {}, EMPTY_ITEM, False, False),
-    ("eq-integer-fact", fact("node.cpus", "eq", 16), n(cpus=16), {}, EMPTY_ITEM, False, True),
-    ("exists-present", fact(MEM, "exists", True), n(mem=0), {}, EMPTY_ITEM, False, True),
-    ("exists-missing", fact(MEM, "exists", True), n(), {}, EMPTY_ITEM, False, False),
-    ("exists-nan", fact(MEM, "exists", True), n(mem=NAN), {}, EMPTY_ITEM, False, True),
-    ("absent-missing", fact(MEM, "exists", False), n(), {}, EMPTY_ITEM, False, True),
-    ("absent-present", fact(MEM, "exists", False), n(mem=0), {}, EMPTY_ITEM, False, False),
-    ("absent-nan", fact(MEM, "exists", False), n(mem=NAN), {}, EMPTY_ITEM, False, False),
-    ("in-member", fact(MEM, "in", [1, 2.5, 95]), n(mem=95.0), {}, EMPTY_ITEM, False, True),
-    ("in-int-member", fact(MEM, "in", [1, 2.5, 95]), n(mem=1), {}, EMPTY_ITEM, False, True),
-    ("in-other", fact(MEM, "in", [1, 2.5, 95]), n(mem=3), {}, EMPTY_ITEM, False, False),
-    ("in-missing", fact(MEM, "in", [1, 2.5, 95]), n(), {}, EMPTY_ITEM, False, False),
-    ("in-nan", fact(MEM, "in", [1, 2.5, 95]), n(mem=NAN), {}, EMPTY_ITEM, False, False),
-    ("in-empty", fact(MEM, "in", []), n(mem=3), {}, EMPTY_ITEM, False, False),
-    ("not-in-other", Not(fact(MEM, "in", [1, 95])), n(mem=3), {}, EMPTY_ITEM, False, True),
-    ("not-in-member", Not(fact(MEM, "in", [1, 95])), n(mem=95), {}, EMPTY_ITEM, False, False),
-    ("not-in-missing", Not(fact(MEM, "in", [1, 95])), n(), {}, EMPTY_ITEM, False, True),
-    ("not-in-nan", Not(fact(MEM, "in", [1, 95])), n(mem=NAN), {}, EMPTY_ITEM, False, True),
-    ("not-gt-missing", Not(gt80), n(), {}, EMPTY_ITEM, False, True),
-    ("not-gt-below", Not(gt80), n(mem=70), {}, EMPTY_ITEM, False, True),
-    ("not-gt-above", Not(gt80), n(mem=90), {}, EMPTY_ITEM, False, False),
-    ("not-gt-nan", Not(gt80), n(mem=NAN), {}, EMPTY_ITEM, False, True),
-    ("not-eq-missing", Not(eq95), n(), {}, EMPTY_ITEM, False, True),
-    ("not-eq-same", Not(eq95), n(mem=95), {}, EMPTY_ITEM, False, False),
-    ("not-ne-missing", Not(ne95), n(), {}, EMPTY_ITEM, False, True),
-    ("not-ne-same", Not(ne95), n(mem=95), {}, EMPTY_ITEM, False, True),
-    ("not-ne-other", Not(ne95), n(mem=96), {}, EMPTY_ITEM, False, False),
-    ("not-ne-nan", Not(ne95), n(mem=NAN), {}, EMPTY_ITEM, False, False),
-    ("not-exists", Not(fact(MEM, "exists", True)), n(), {}, EMPTY_ITEM, False, True),
-    ("not-not", Not(Not(gt80)), n(mem=90), {}, EMPTY_ITEM, False, True),
-    ("all-both", AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10))), n(mem=60, psi=5), {}, EMPTY_ITEM, False, True),
-    ("all-one", AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10))), n(mem=60, psi=15), {}, EMPTY_ITEM, False, False),
-    ("all-missing", AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10))), n(psi=5), {}, EMPTY_ITEM, False, False),
-    ("any-first", AnyOf((fact(MEM, "gt", 90), psi15)), n(mem=95), {}, EMPTY_ITEM, False, True),
-    ("any-second", AnyOf((fact(MEM, "gt", 90), psi15)), n(psi=20), {}, EMPTY_ITEM, False, True),
-    ("any-both-branches", AnyOf((fact(MEM, "gt", 90), psi15)), n(mem=95, psi=20), {}, EMPTY_ITEM, False, True),
-    ("any-none", AnyOf((fact(MEM, "gt", 90), psi15)), n(), {}, EMPTY_ITEM, False, False),
-    ("not-any-none", Not(AnyOf((fact(MEM, "gt", 90), psi15))), n(), {}, EMPTY_ITEM, False, True),
-    ("not-any-both", Not(AnyOf((fact(MEM, "gt", 90), psi15))), n(mem=95, psi=20), {}, EMPTY_ITEM, False, False),
-    ("not-all-one", Not(AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10)))), n(mem=60, psi=15), {}, EMPTY_ITEM, False, True),
-    ("not-all-both", Not(AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10)))), n(mem=60, psi=5), {}, EMPTY_ITEM, False, False),
-    ("not-all-missing", Not(AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10)))), n(), {}, EMPTY_ITEM, False, True),
-    ("all-empty", AllOf(()), n(), {}, EMPTY_ITEM, False, True),
-    ("any-empty", AnyOf(()), n(mem=1), {}, EMPTY_ITEM, False, False),
-    ("not-any-empty", Not(AnyOf(())), n(), {}, EMPTY_ITEM, False, True),
-    ("not-all-empty", Not(AllOf(())), n(), {}, EMPTY_ITEM, False, False),
-    ("all-with-empty-any", AllOf((AnyOf(()), gt80)), n(mem=90), {}, EMPTY_ITEM, False, False),
-    ("any-with-empty-all", AnyOf((AllOf(()), gt80)), n(), {}, EMPTY_ITEM, False, True),
+    ("eq-int", eq95, n(mem=95), {}, NO_FACTS, False, True),
+    ("eq-float", eq95, n(mem=95.0), {}, NO_FACTS, False, True),
+    ("eq-near", eq95, n(mem=94.99999999999999), {}, NO_FACTS, False, False),
+    ("eq-missing", eq95, n(), {}, NO_FACTS, False, False),
+    ("eq-nan", eq95, n(mem=NAN), {}, NO_FACTS, False, False),
+    ("ne-same", ne95, n(mem=95), {}, NO_FACTS, False, False),
+    ("ne-other", ne95, n(mem=96), {}, NO_FACTS, False, True),
+    ("ne-missing", ne95, n(), {}, NO_FACTS, False, False),
+    ("ne-nan", ne95, n(mem=NAN), {}, NO_FACTS, False, True),
+    ("lt-below", fact(MEM, "lt", 80), n(mem=79.9), {}, NO_FACTS, False, True),
+    ("lt-equal", fact(MEM, "lt", 80), n(mem=80), {}, NO_FACTS, False, False),
+    ("lt-negative", fact(MEM, "lt", 80), n(mem=-5), {}, NO_FACTS, False, True),
+    ("lt-minus-inf", fact(MEM, "lt", 80), n(mem=-INF), {}, NO_FACTS, False, True),
+    ("lt-missing", fact(MEM, "lt", 80), n(), {}, NO_FACTS, False, False),
+    ("lt-nan", fact(MEM, "lt", 80), n(mem=NAN), {}, NO_FACTS, False, False),
+    ("lte-equal", fact(MEM, "lte", 80), n(mem=80), {}, NO_FACTS, False, True),
+    ("lte-above", fact(MEM, "lte", 80), n(mem=80.0000001), {}, NO_FACTS, False, False),
+    ("gt-equal", gt80, n(mem=80), {}, NO_FACTS, False, False),
+    ("gt-next-float", gt80, n(mem=math.nextafter(80, INF)), {}, NO_FACTS, False, True),
+    ("gt-inf", gt80, n(mem=INF), {}, NO_FACTS, False, True),
+    ("gt-missing", gt80, n(), {}, NO_FACTS, False, False),
+    ("gt-nan", gt80, n(mem=NAN), {}, NO_FACTS, False, False),
+    ("gte-equal", fact(MEM, "gte", 80), n(mem=80), {}, NO_FACTS, False, True),
+    ("gte-below", fact(MEM, "gte", 80), n(mem=79.999), {}, NO_FACTS, False, False),
+    ("gt-tiny-threshold", fact(MEM, "gt", 0.00001), n(mem=0.00002), {}, NO_FACTS, False, True),
+    ("gt-tiny-equal", fact(MEM, "gt", 0.00001), n(mem=1e-05), {}, NO_FACTS, False, False),
+    ("gt-subnormal", fact(MEM, "gt", 1e-300), n(mem=5e-324), {}, NO_FACTS, False, False),
+    ("lt-huge-threshold", fact(MEM, "lt", 1e20), n(mem=1e19), {}, NO_FACTS, False, True),
+    ("lt-huge-value", fact(MEM, "lt", 1e20), n(mem=2e20), {}, NO_FACTS, False, False),
+    ("eq-integer-fact", fact("node.cpus", "eq", 16), n(cpus=16), {}, NO_FACTS, False, True),
+    ("exists-present", fact(MEM, "exists", True), n(mem=0), {}, NO_FACTS, False, True),
+    ("exists-missing", fact(MEM, "exists", True), n(), {}, NO_FACTS, False, False),
+    ("exists-nan", fact(MEM, "exists", True), n(mem=NAN), {}, NO_FACTS, False, True),
+    ("absent-missing", fact(MEM, "exists", False), n(), {}, NO_FACTS, False, True),
+    ("absent-present", fact(MEM, "exists", False), n(mem=0), {}, NO_FACTS, False, False),
+    ("absent-nan", fact(MEM, "exists", False), n(mem=NAN), {}, NO_FACTS, False, False),
+    ("in-member", fact(MEM, "in", [1, 2.5, 95]), n(mem=95.0), {}, NO_FACTS, False, True),
+    ("in-int-member", fact(MEM, "in", [1, 2.5, 95]), n(mem=1), {}, NO_FACTS, False, True),
+    ("in-other", fact(MEM, "in", [1, 2.5, 95]), n(mem=3), {}, NO_FACTS, False, False),
+    ("in-missing", fact(MEM, "in", [1, 2.5, 95]), n(), {}, NO_FACTS, False, False),
+    ("in-nan", fact(MEM, "in", [1, 2.5, 95]), n(mem=NAN), {}, NO_FACTS, False, False),
+    ("in-empty", fact(MEM, "in", []), n(mem=3), {}, NO_FACTS, False, False),
+    ("not-in-other", Not(fact(MEM, "in", [1, 95])), n(mem=3), {}, NO_FACTS, False, True),
+    ("not-in-member", Not(fact(MEM, "in", [1, 95])), n(mem=95), {}, NO_FACTS, False, False),
+    ("not-in-missing", Not(fact(MEM, "in", [1, 95])), n(), {}, NO_FACTS, False, True),
+    ("not-in-nan", Not(fact(MEM, "in", [1, 95])), n(mem=NAN), {}, NO_FACTS, False, True),
+    ("not-gt-missing", Not(gt80), n(), {}, NO_FACTS, False, True),
+    ("not-gt-below", Not(gt80), n(mem=70), {}, NO_FACTS, False, True),
+    ("not-gt-above", Not(gt80), n(mem=90), {}, NO_FACTS, False, False),
+    ("not-gt-nan", Not(gt80), n(mem=NAN), {}, NO_FACTS, False, True),
+    ("not-eq-missing", Not(eq95), n(), {}, NO_FACTS, False, True),
+    ("not-eq-same", Not(eq95), n(mem=95), {}, NO_FACTS, False, False),
+    ("not-ne-missing", Not(ne95), n(), {}, NO_FACTS, False, True),
+    ("not-ne-same", Not(ne95), n(mem=95), {}, NO_FACTS, False, True),
+    ("not-ne-other", Not(ne95), n(mem=96), {}, NO_FACTS, False, False),
+    ("not-ne-nan", Not(ne95), n(mem=NAN), {}, NO_FACTS, False, False),
+    ("not-exists", Not(fact(MEM, "exists", True)), n(), {}, NO_FACTS, False, True),
+    ("not-not", Not(Not(gt80)), n(mem=90), {}, NO_FACTS, False, True),
+    ("all-both", AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10))), n(mem=60, psi=5), {}, NO_FACTS, False, True),
+    ("all-one", AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10))), n(mem=60, psi=15), {}, NO_FACTS, False, False),
+    ("all-missing", AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10))), n(psi=5), {}, NO_FACTS, False, False),
+    ("any-first", AnyOf((fact(MEM, "gt", 90), psi15)), n(mem=95), {}, NO_FACTS, False, True),
+    ("any-second", AnyOf((fact(MEM, "gt", 90), psi15)), n(psi=20), {}, NO_FACTS, False, True),
+    ("any-both-branches", AnyOf((fact(MEM, "gt", 90), psi15)), n(mem=95, psi=20), {}, NO_FACTS, False, True),
+    ("any-none", AnyOf((fact(MEM, "gt", 90), psi15)), n(), {}, NO_FACTS, False, False),
+    ("not-any-none", Not(AnyOf((fact(MEM, "gt", 90), psi15))), n(), {}, NO_FACTS, False, True),
+    ("not-any-both", Not(AnyOf((fact(MEM, "gt", 90), psi15))), n(mem=95, psi=20), {}, NO_FACTS, False, False),
+    ("not-all-one", Not(AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10)))), n(mem=60, psi=15), {}, NO_FACTS, False, True),
+    ("not-all-both", Not(AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10)))), n(mem=60, psi=5), {}, NO_FACTS, False, False),
+    ("not-all-missing", Not(AllOf((fact(MEM, "gt", 50), fact(PSI, "lt", 10)))), n(), {}, NO_FACTS, False, True),
+    ("all-empty", AllOf(()), n(), {}, NO_FACTS, False, True),
+    ("any-empty", AnyOf(()), n(mem=1), {}, NO_FACTS, False, False),
+    ("not-any-empty", Not(AnyOf(())), n(), {}, NO_FACTS, False, True),
+    ("not-all-empty", Not(AllOf(())), n(), {}, NO_FACTS, False, False),
+    ("all-with-empty-any", AllOf((AnyOf(()), gt80)), n(mem=90), {}, NO_FACTS, False, False),
+    ("any-with-empty-all", AnyOf((AllOf(()), gt80)), n(), {}, NO_FACTS, False, True),
     ("nested", AllOf((AnyOf((gt80, Not(psi15))), Not(AnyOf((eq95, AllOf((ne95, fact(PSI, "lt", 1)))))))),
-     n(mem=85, psi=0.5), {}, EMPTY_ITEM, False, False),
+     n(mem=85, psi=0.5), {}, NO_FACTS, False, False),
     ("nested-true", AllOf((AnyOf((gt80, Not(psi15))), Not(AnyOf((eq95, AllOf((ne95, fact(PSI, "lt", 1)))))))),
-     n(mem=85, psi=2), {}, EMPTY_ITEM, False, True),
-    ("hysteresis-latched-inside", hot, n(mem=76), {}, EMPTY_ITEM, True, True),
-    ("hysteresis-latched-edge", hot, n(mem=75), {}, EMPTY_ITEM, True, False),
-    ("hysteresis-latched-missing", hot, n(), {}, EMPTY_ITEM, True, False),
-    ("hysteresis-unlatched", hot, n(mem=76), {}, EMPTY_ITEM, False, False),
-    ("hysteresis-unlatched-above", hot, n(mem=81), {}, EMPTY_ITEM, False, True),
-    ("hysteresis-lt-latched", cold, n(mem=24), {}, EMPTY_ITEM, True, True),
-    ("hysteresis-lt-latched-edge", cold, n(mem=25), {}, EMPTY_ITEM, True, False),
-    ("hysteresis-lt-unlatched", cold, n(mem=24), {}, EMPTY_ITEM, False, False),
-    ("hysteresis-not-latched", Not(hot), n(mem=76), {}, EMPTY_ITEM, True, False),
-    ("hysteresis-mixed", AllOf((hot, psi15)), n(mem=77, psi=15), {}, EMPTY_ITEM, True, True),
-    ("several-ops-inside", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, item_facts({"memory.below_watermark_count": 7}, {}), False, True),
-    ("several-ops-edge", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, item_facts({"memory.below_watermark_count": 12}, {}), False, False),
-    ("several-ops-missing", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, EMPTY_ITEM, False, False),
+     n(mem=85, psi=2), {}, NO_FACTS, False, True),
+    ("hysteresis-latched-inside", hot, n(mem=76), {}, NO_FACTS, True, True),
+    ("hysteresis-latched-edge", hot, n(mem=75), {}, NO_FACTS, True, False),
+    ("hysteresis-latched-missing", hot, n(), {}, NO_FACTS, True, False),
+    ("hysteresis-unlatched", hot, n(mem=76), {}, NO_FACTS, False, False),
+    ("hysteresis-unlatched-above", hot, n(mem=81), {}, NO_FACTS, False, True),
+    ("hysteresis-lt-latched", cold, n(mem=24), {}, NO_FACTS, True, True),
+    ("hysteresis-lt-latched-edge", cold, n(mem=25), {}, NO_FACTS, True, False),
+    ("hysteresis-lt-unlatched", cold, n(mem=24), {}, NO_FACTS, False, False),
+    ("hysteresis-not-latched", Not(hot), n(mem=76), {}, NO_FACTS, True, False),
+    ("hysteresis-mixed", AllOf((hot, psi15)), n(mem=77, psi=15), {}, NO_FACTS, True, True),
+    ("several-ops-inside", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, ({"memory.below_watermark_count": 7}, {}), False, True),
+    ("several-ops-edge", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, ({"memory.below_watermark_count": 12}, {}), False, False),
+    ("several-ops-missing", AllOf((fact(WM, "gt", 6), fact(WM, "lt", 12))), {}, {}, NO_FACTS, False, False),
     ("str-eq", fact(QOS, "eq", "BestEffort"), {}, {}, {"kube_qos": "BestEffort"}, False, True),
     ("str-eq-prefix", fact(QOS, "eq", "BestEffort"), {}, {}, {"kube_qos": "Best"}, False, False),
     ("str-eq-longer", fact(QOS, "eq", "Best"), {}, {}, {"kube_qos": "BestEffort"}, False, False),
-    ("str-eq-missing", fact(QOS, "eq", "BestEffort"), {}, {}, EMPTY_ITEM, False, False),
+    ("str-eq-missing", fact(QOS, "eq", "BestEffort"), {}, {}, NO_FACTS, False, False),
     ("str-ne", fact(QOS, "ne", "BestEffort"), {}, {}, {"kube_qos": "Burstable"}, False, True),
-    ("str-ne-missing", fact(QOS, "ne", "BestEffort"), {}, {}, EMPTY_ITEM, False, False),
+    ("str-ne-missing", fact(QOS, "ne", "BestEffort"), {}, {}, NO_FACTS, False, False),
     ("str-in", fact(QOS, "in", ["Guaranteed", "Burstable"]), {}, {}, {"kube_qos": "Burstable"}, False, True),
     ("str-in-other", fact(QOS, "in", ["Guaranteed", "Burstable"]), {}, {}, {"kube_qos": "BestEffort"}, False, False),
-    ("str-not-in-missing", Not(fact(QOS, "in", ["Guaranteed"])), {}, {}, EMPTY_ITEM, False, True),
+    ("str-not-in-missing", Not(fact(QOS, "in", ["Guaranteed"])), {}, {}, NO_FACTS, False, True),
     ("str-numeric-looking", fact("pod.name", "eq", "95"), {}, {}, {"name": "95.0"}, False, False),
     ("str-numeric-same", fact("pod.name", "eq", "95"), {}, {}, {"name": "95"}, False, True),
     ("str-escapes", fact("pod.name", "eq", 'a"b\\c é ☃'), {}, {}, {"name": 'a"b\\c é ☃'}, False, True),
@@ -224,20 +227,20 @@ CASES: list[tuple[str, Condition, dict[str, Any], dict[str, Any], Any, bool, boo
     ("str-empty", fact("pod.namespace", "ne", ""), {}, {}, {"namespace": ""}, False, False),
     ("bool-eq-true", fact("pod.flag", "eq", True), {}, {}, {"flag": True}, False, True),
     ("bool-eq-false", fact("pod.flag", "eq", True), {}, {}, {"flag": False}, False, False),
-    ("bool-eq-missing", fact("pod.flag", "eq", False), {}, {}, EMPTY_ITEM, False, False),
+    ("bool-eq-missing", fact("pod.flag", "eq", False), {}, {}, NO_FACTS, False, False),
     ("bool-ne", fact("pod.flag", "ne", True), {}, {}, {"flag": False}, False, True),
     ("bool-in", fact("pod.flag", "in", [False]), {}, {}, {"flag": False}, False, True),
-    ("bool-not-eq-missing", Not(fact("pod.flag", "eq", True)), {}, {}, EMPTY_ITEM, False, True),
-    ("class-fact", fact(SAT, "lt", 0.2), {}, {"class.reclaimed_cores.cpu.satisfaction": 0.1}, EMPTY_ITEM, False, True),
-    ("class-fact-edge", fact(SAT, "lt", 0.2), {}, {"class.reclaimed_cores.cpu.satisfaction": 0.2}, EMPTY_ITEM, False, False),
-    ("class-fact-missing", fact(SAT, "lt", 0.2), {}, {}, EMPTY_ITEM, False, False),
-    ("class-pods-integer", fact("class.reclaimed_cores.pods", "gte", 3), {}, {"class.reclaimed_cores.pods": 3}, EMPTY_ITEM, False, True),
-    ("window-key", fact(PSI, "gte", 15, window=15.0, agg="min"), {"psi.memory.some.avg10@min:15s": 20.0}, {}, EMPTY_ITEM, False, True),
-    ("window-key-not-last", fact(PSI, "gte", 15, window=15.0, agg="min"), n(psi=20), {}, EMPTY_ITEM, False, False),
-    ("item-ratio", fact("pod.memory.usage_over_request", "gt", 1.05), {}, {}, item_facts({"memory.usage_bytes": 110.0}, {"memory.request_bytes": 100.0}), False, True),
-    ("item-ratio-no-request", fact("pod.memory.usage_over_request", "gt", 1.05), {}, {}, item_facts({"memory.usage_bytes": 110.0}, {"memory.request_bytes": 0.0}), False, False),
-    ("item-derived", fact("pod.priority", "lte", 5999), {}, {}, item_facts({}, {"priority": 5500}), False, True),
-    ("item-measured-wins", fact("pod.priority", "lte", 5999), {}, {}, item_facts({"priority": 7000}, {"priority": 5500}), False, False),
+    ("bool-not-eq-missing", Not(fact("pod.flag", "eq", True)), {}, {}, NO_FACTS, False, True),
+    ("class-fact", fact(SAT, "lt", 0.2), {}, {"class.reclaimed_cores.cpu.satisfaction": 0.1}, NO_FACTS, False, True),
+    ("class-fact-edge", fact(SAT, "lt", 0.2), {}, {"class.reclaimed_cores.cpu.satisfaction": 0.2}, NO_FACTS, False, False),
+    ("class-fact-missing", fact(SAT, "lt", 0.2), {}, {}, NO_FACTS, False, False),
+    ("class-pods-integer", fact("class.reclaimed_cores.pods", "gte", 3), {}, {"class.reclaimed_cores.pods": 3}, NO_FACTS, False, True),
+    ("window-key", fact(PSI, "gte", 15, window=15.0, agg="min"), {"psi.memory.some.avg10@min:15s": 20.0}, {}, NO_FACTS, False, True),
+    ("window-key-not-last", fact(PSI, "gte", 15, window=15.0, agg="min"), n(psi=20), {}, NO_FACTS, False, False),
+    ("item-ratio", fact("pod.memory.usage_over_request", "gt", 1.05), {}, {}, ({"memory.usage_bytes": 110.0}, {"memory.request_bytes": 100.0}), False, True),
+    ("item-ratio-no-request", fact("pod.memory.usage_over_request", "gt", 1.05), {}, {}, ({"memory.usage_bytes": 110.0}, {"memory.request_bytes": 0.0}), False, False),
+    ("item-derived", fact("pod.priority", "lte", 5999), {}, {}, ({}, {"priority": 5500}), False, True),
+    ("item-measured-wins", fact("pod.priority", "lte", 5999), {}, {}, ({"priority": 7000}, {"priority": 5500}), False, False),
 ]  # fmt: skip
 
 
@@ -265,8 +268,8 @@ def table() -> Iterator[Pair]:
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c[0] for c in CASES])
 def test_operator_table(table: Pair, index: int) -> None:
     _, _, node, classes, item, latched, expected = CASES[index]
-    facts = item if isinstance(item, ItemFacts) else item_facts(item, {})
-    py, du = table.both(node, classes, [(index, "when", [facts], latched)])
+    row: Row = item if isinstance(item, tuple) else (item, {})
+    py, du = table.both(node, classes, [(index, "when", [row], latched)])
     assert py == [expected], "the table's expectation disagrees with the Python backend"
     assert du == py
 
@@ -277,9 +280,9 @@ def test_whole_table_as_one_batch(table: Pair) -> None:
     node: dict[str, Any] = {"memory.usage_percent": 85.0, "psi.memory.some.avg10": 2.0, "cpus": 16}
     classes = {"class.reclaimed_cores.cpu.satisfaction": 0.1, "class.reclaimed_cores.pods": 4}
     items = [
-        EMPTY_ITEM,
-        item_facts({"memory.below_watermark_count": 8}, {"kube_qos": "Burstable"}),
-        item_facts({"flag": True}, {}),
+        NO_FACTS,
+        ({"memory.below_watermark_count": 8}, {"kube_qos": "Burstable"}),
+        ({"flag": True}, {}),
     ]
     calls = [
         (i, "when", [item], latched) for i in range(len(CASES)) for item in items for latched in (False, True)
@@ -293,8 +296,8 @@ def test_whole_table_as_one_batch(table: Pair) -> None:
 def test_clear_when_and_rules_without_condition() -> None:
     pair = Pair(policy_with([(gt80, fact(MEM, "lt", 60)), (None, None), (None, gt80)]))
     try:
-        calls = [(0, "when", [EMPTY_ITEM], False), (0, "clear", [EMPTY_ITEM], False), (1, "when", [EMPTY_ITEM], False),
-                 (2, "when", [EMPTY_ITEM], True), (2, "clear", [EMPTY_ITEM], False)]  # fmt: skip
+        calls = [(0, "when", [NO_FACTS], False), (0, "clear", [NO_FACTS], False), (1, "when", [NO_FACTS], False),
+                 (2, "when", [NO_FACTS], True), (2, "clear", [NO_FACTS], False)]  # fmt: skip
         for mem in (50, 70, 90, None):
             py, du = pair.both(n(mem=mem), {}, calls)
             assert du == py
@@ -313,14 +316,14 @@ def test_wrongly_typed_values_never_reach_durable() -> None:
     pair = Pair(policy_with([(c, None) for c in conditions]))
     try:
         calls = [
-            (i, "when", [item_facts({"kube_qos": 3, "flag": "true", "memory.below_watermark_count": [7]}, {})], False)
+            (i, "when", [({"kube_qos": 3, "flag": "true", "memory.below_watermark_count": [7]}, {})], False)
             for i in range(len(conditions))
         ]
         for mem in ("95", "x", b"95", True, 10**400, [95]):
             py, du = pair.both(n(mem=mem, psi=20), {}, calls)
             assert du == py, mem
         assert pair.du.evaluate_many(n(mem="95"), {}, calls[:1]) == [False]  # durable alone: "95" > 80
-        assert pair.both(n(mem=True), {}, [(0, "when", [EMPTY_ITEM], False)]) == ([False], [False])
+        assert pair.both(n(mem=True), {}, [(0, "when", [NO_FACTS], False)]) == ([False], [False])
     finally:
         pair.du.close()
 
@@ -435,7 +438,7 @@ def test_deep_condition_is_split_into_dnf_terms() -> None:
     try:
         assert len(pair.du.plan.definition) > 20  # split into terms
         rng = random.Random(7)
-        calls = [(0, "when", [EMPTY_ITEM], False), (1, "when", [EMPTY_ITEM], False)]
+        calls = [(0, "when", [NO_FACTS], False), (1, "when", [NO_FACTS], False)]
         answers = []
         for _ in range(300):
             py, du = pair.both(random_node(rng, [0, 3, 10, 30, 57, 25]), {}, calls)
@@ -453,7 +456,7 @@ def test_more_routes_than_one_alpha_node_can_hold() -> None:
     pair = Pair(policy_with(conditions))
     try:
         rng = random.Random(3)
-        calls = [(i, w, [EMPTY_ITEM], False) for i in range(600) for w in ("when", "clear")]
+        calls = [(i, w, [NO_FACTS], False) for i in range(600) for w in ("when", "clear")]
         for _ in range(5):
             node = {"memory.usage_percent": rng.uniform(0, 60), "psi.memory.some.avg10": rng.uniform(0, 120)}
             py, du = pair.both(node, {}, calls)
@@ -505,7 +508,7 @@ def test_synthetic_policy_all_operators(tmp_path: Path) -> None:
             facts = {k: draw(cs) for k, cs in reads.items()}
             node = {k: v for k, v in facts.items() if v is not None}
             classes = {k: v for k, v in node.items() if k.startswith("class.")}
-            items = [item_facts({k: draw(cs) for k, cs in reads.items()}, {}) for _ in range(3)]
+            items = [({k: draw(cs) for k, cs in reads.items()}, {}) for _ in range(3)]
             calls = [
                 (i, which, [item], latched)
                 for i, r in enumerate(policy.rules)
@@ -529,7 +532,7 @@ def test_synthetic_policy_all_operators(tmp_path: Path) -> None:
 def test_killed_worker_is_reported_then_replaced() -> None:
     pair = Pair(policy_with([(gt80, None)]))
     try:
-        call = [(0, "when", [EMPTY_ITEM], False)]
+        call = [(0, "when", [NO_FACTS], False)]
         assert pair.du.evaluate_many(n(mem=90), {}, call) == [True]
         pid = pair.du.pid
         assert pid is not None
@@ -549,7 +552,7 @@ def test_killed_worker_is_reported_then_replaced() -> None:
 def test_hung_worker_times_out_instead_of_hanging() -> None:
     pair = Pair(policy_with([(gt80, None)]), timeout=1.0)
     try:
-        call = [(0, "when", [EMPTY_ITEM], False)]
+        call = [(0, "when", [NO_FACTS], False)]
         pid = pair.du.pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
@@ -580,7 +583,7 @@ def test_errors_inside_durable_surface_with_the_reason(monkeypatch: pytest.Monke
             DurableBackend(policy, compile_rules(policy))
     pair = Pair(policy)
     try:
-        call = [(0, "when", [EMPTY_ITEM], False)]
+        call = [(0, "when", [NO_FACTS], False)]
         with monkeypatch.context() as m:
             m.setattr(durable, "_number", python_json_number)
             # measured: the batch is accepted, then start_action_for_state segfaults in the worker
@@ -605,7 +608,7 @@ def test_close_stops_the_worker_and_is_idempotent() -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     with pytest.raises(DurableBackendError, match="was closed"):
-        pair.du.evaluate_many(n(mem=90), {}, [(0, "when", [EMPTY_ITEM], False)])
+        pair.du.evaluate_many(n(mem=90), {}, [(0, "when", [NO_FACTS], False)])
 
 
 @needs_durable
@@ -694,7 +697,7 @@ class Checked:
             self.outcomes.setdefault((self.policy.rules[index].name, which), set()).add(answer)
         if answers != expected:
             diffs = [
-                f"{self.policy.rules[c[0]].name} {c[1]} latched={c[3]} durable={a} python={e} item={dict(c[2])}"
+                f"{self.policy.rules[c[0]].name} {c[1]} latched={c[3]} durable={a} python={e} item={ {**c[2][1], **c[2][0]} }"
                 for c, a, e in zip(flat, answers, expected, strict=True)
                 if a != e
             ]

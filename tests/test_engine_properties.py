@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from engine.config.conditions import AllOf, AnyOf, Compare, Condition, Not
 from engine.config.policy import QoSClass
 from engine.evaluate.compiler import compile_condition
-from engine.evaluate.factview import item_facts
+from engine.evaluate.factview import item_facts, read
 from engine.model.factnames import registry
 from engine.model.intents import EvictIntent, Provenance
 from engine.plan.planner import Guards, plan
@@ -121,15 +121,27 @@ def test_generated_code_matches_the_reference(cond: Condition, data: st.DataObje
         "memory.rss_over_request", "memory.rss_bytes", "memory.request_bytes", "cpu.usage_cores",
         "cpu.request_cores",
     ]
-    items: list[dict[str, Any]] = []
+    rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for _ in range(data.draw(st.integers(0, 3))):
-        i: dict[str, Any] = {k: data.draw(numbers) for k in item_keys if data.draw(st.booleans())}
-        for k in ("class", "kube_qos"):
-            if data.draw(st.booleans()):
-                i[k] = data.draw(st.sampled_from(["be", "ls", "Guaranteed", "BestEffort"]))
-        items.append(i)
-    expected = [reference(cond, n, c, i, latched) for i in items]
-    assert fn(n, c, [item_facts(i, {}) for i in items], latched) == expected
+        # Each fact measured, derived, both (the measured value wins) or absent.
+        measured: dict[str, Any] = {}
+        derived: dict[str, Any] = {}
+        words = st.sampled_from(["be", "ls", "Guaranteed", "BestEffort"])
+        for k in [*item_keys, "class", "kube_qos"]:
+            values = words if k in ("class", "kube_qos") else numbers
+            where = data.draw(st.sampled_from(["measured", "derived", "both", "absent"]))
+            if where in ("measured", "both"):
+                measured[k] = data.draw(values)
+            if where in ("derived", "both"):
+                derived[k] = data.draw(values)
+        rows.append((measured, derived))
+    expected = [reference(cond, n, c, {**d, **m}, latched) for m, d in rows]
+    assert fn(n, c, rows, latched) == expected
+    # The merged view strategies read gives the same facts.
+    for m, d in rows:
+        merged = item_facts(m, d)
+        for k in item_keys:
+            assert merged[k] == read((m, d), k)
 
 
 POLICY = policy(

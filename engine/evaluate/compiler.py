@@ -7,11 +7,11 @@ policy (numbers and strings, inserted with ``repr``), so the generated code is d
 injectable.
 
 Generated signature: ``f(N, C, X, L) -> list[bool]`` with N the node facts (dict), C the class
-facts (flat dict ``class.<name>.<path>``), X the items of the rule's scope (NUMA nodes, pods or
-containers: ``ItemFacts``) and L whether they are latched (fired and not cleared), which selects
-hysteresis thresholds. The loop over the items is inside the generated function, a comprehension,
-so a tick costs one Python call per rule rather than one per rule and pod. Item facts are read with
-``dict.get`` (no ``__missing__`` call for a fact a pod lacks) and ratio facts are computed inline.
+facts (flat dict ``class.<name>.<path>``), X the rows of the rule's scope (NUMA nodes, pods or
+containers: ``factview.Row``, measured and derived facts unmerged) and L whether they are latched
+(fired and not cleared), which selects hysteresis thresholds. The loop over the rows is inside the
+generated function, a comprehension, so a tick costs one Python call per rule rather than one per
+rule and pod, and no per-pod dict is built; ratio facts are computed inline.
 A missing fact makes a comparison false (``exists: false`` is the way to test absence).
 """
 
@@ -23,11 +23,11 @@ from typing import Any
 
 from engine.config.conditions import AllOf, Compare, Condition, Not, comparisons
 from engine.config.policy import Policy, Rule
-from engine.evaluate.factview import RATIOS
+from engine.evaluate.factview import RATIOS, Row
 from engine.model.facts import window_key
 from engine.model.intents import Observation
 
-CondFn = Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[Any], bool], list[bool]]
+CondFn = Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[Row], bool], list[bool]]
 """A compiled condition: one answer per item of ``X``, in order."""
 
 _PY_OPS = {"eq": "==", "ne": "!=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
@@ -54,15 +54,19 @@ def relaxed(c: Compare) -> float | None:
 
 
 def _item_src(key: str) -> str:
-    """An item fact as the generated code reads it: measured, else (for a ratio) computed from its
-    numerator and denominator as ``ItemFacts`` would, else None."""
+    """An item fact as the generated code reads it from the row (M measured, D derived), with the
+    semantics of ``factview.read``: measured, else derived, else a ratio of two facts, else None."""
+
+    def plain(k: str) -> str:
+        return f"(M[{k!r}] if {k!r} in M else _get(D, {k!r}))"
+
     pair = RATIOS.get(key)
     if pair is None:
-        return f"_get(I, {key!r})"
+        return plain(key)
     num, den = pair
     return (
-        f"(I[{key!r}] if {key!r} in I else "
-        f"(_n / _d if (_n := _get(I, {num!r})) is not None and (_d := _get(I, {den!r})) else None))"
+        f"(M[{key!r}] if {key!r} in M else D[{key!r}] if {key!r} in D else "
+        f"(_n / _d if (_n := {plain(num)}) is not None and (_d := {plain(den)}) else None))"
     )
 
 
@@ -101,12 +105,12 @@ class CompiledRule:
     source: str
 
 
-Call = tuple[int, str, Sequence[Any], bool]
+Call = tuple[int, str, Sequence[Row], bool]
 """(rule index, "when" | "clear", the items' facts, latched): one answer per item, in order."""
 
 
 def _always(
-    node: Mapping[str, Any], classes: Mapping[str, Any], items: Sequence[Any], latched: bool
+    node: Mapping[str, Any], classes: Mapping[str, Any], items: Sequence[Row], latched: bool
 ) -> list[bool]:
     """A rule without a condition holds for every item."""
     return [True] * len(items)
@@ -142,7 +146,7 @@ class PythonBackend:
 
 
 def _guarded(
-    fn: CondFn, node: Mapping[str, Any], classes: Mapping[str, Any], item: Any, latched: bool
+    fn: CondFn, node: Mapping[str, Any], classes: Mapping[str, Any], item: Row, latched: bool
 ) -> bool:
     try:
         return fn(node, classes, (item,), latched)[0]
@@ -153,7 +157,7 @@ def _guarded(
 
 
 def _function_src(name: str, cond: Condition) -> str:
-    return f"def {name}(N, C, X, L):\n    return [{to_source(cond)} for I in X]\n"
+    return f"def {name}(N, C, X, L):\n    return [{to_source(cond)} for M, D in X]\n"
 
 
 def _run(source: str, filename: str) -> dict[str, Any]:

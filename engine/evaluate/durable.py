@@ -96,6 +96,7 @@ from typing import Any
 from engine.config.conditions import AllOf, Compare, Condition, Not, comparisons
 from engine.config.policy import Policy
 from engine.evaluate.compiler import Call, CompiledRule, fact_key, relaxed, source_var
+from engine.evaluate.factview import read
 
 INSTALL_HINT = "durable-rules is not installed: pip install 'qosd[durable]' (Python < 3.13)"
 FALLBACK_HINT = "switch this node to the default evaluator (evaluator: python, or --backend python)"
@@ -801,8 +802,10 @@ class DurableBackend:
             for item in items:
                 parts = ['{"id":', str(base + len(events)), route.head]
                 for a in route.attrs:
-                    src = node if a.source == "N" else classes if a.source == "C" else item
-                    value = src.get(a.key)
+                    if a.source == "I":
+                        value = read(item, a.key)
+                    else:
+                        value = (node if a.source == "N" else classes).get(a.key)
                     if value is not None:
                         parts.append(a.encode(value))
                 parts.append("}")

@@ -10,9 +10,10 @@ is chosen at most once, and pods already being evicted count as released.
 from __future__ import annotations
 
 import importlib
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from itertools import islice
+from itertools import compress, islice
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -160,7 +161,7 @@ class Engine:
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
         views = FactViews(snap, self.classifier, self._static, self._memo)
         now = snap.time
-        live = snap.by_uid
+        live = snap.by_uid if state.evicting else {}
         t = Tick(
             now=now,
             held=dict(state.held_since),
@@ -251,14 +252,14 @@ class Engine:
             items = views.items(cr.rule.scope)
             name = cr.rule.name
             if name not in latched_rules:
-                flags = [False] * len(items.facts)
-                calls.append((index, "when", items.facts, False))
+                flags = [False] * len(items.rows)
+                calls.append((index, "when", items.rows, False))
             else:
                 flags = [item_key(name, key) in t.latched for key in items.keys]
-                for facts, latched in zip(items.facts, flags, strict=True):
-                    calls.append((index, "when", (facts,), latched))
+                for row, latched in zip(items.rows, flags, strict=True):
+                    calls.append((index, "when", (row,), latched))
                     if latched and cr.clear is not None:
-                        calls.append((index, "clear", (facts,), False))
+                        calls.append((index, "clear", (row,), False))
             per_rule.append((items, flags))
         answers = iter(self.backend.evaluate_many(views.node, classes, calls))
         out = []
@@ -289,16 +290,15 @@ class Engine:
         items, flags, held = evaluated
         matched: list[tuple[str | None, Any, Workload | None, bool]] = []
         if rule.name in t.stateful:
-            for i, h in enumerate(held):
-                if not h:
-                    k = item_key(rule.name, items.keys[i])
-                    t.held.pop(k, None)
-                    t.latched.discard(k)
-        for i in [i for i, h in enumerate(held) if h]:
+            for i in compress(range(len(held)), map(operator.not_, held)):
+                k = item_key(rule.name, items.keys[i])
+                t.held.pop(k, None)
+                t.latched.discard(k)
+        for i in compress(range(len(held)), held):
             key = items.keys[i]
             since = t.held.setdefault(item_key(rule.name, key), t.now)
             if t.now - since >= rule.sustain:
-                matched.append((key, items.facts[i], items.workloads[i], flags[i]))
+                matched.append((key, items.fact(i), items.workloads[i], flags[i]))
         if not matched:
             return
         if self._publish_only(rule) and self._within_report_interval(rule.name, t):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -61,6 +61,27 @@ def item_facts(measured: FactMap, derived: FactMap) -> ItemFacts:
 
 EMPTY_ITEM = ItemFacts()
 
+Row = tuple[FactMap, dict[str, Any]]
+"""What the backends read for one item: (measured, derived) facts, unmerged. A pod's measured map is
+the snapshot's and its derived map is kept across ticks, so a tick builds no per-pod dict for
+conditions; ``read`` gives the same answer as ``item_facts(measured, derived)[key]``."""
+
+NOTHING_DERIVED: dict[str, Any] = {}
+
+
+def read(row: Row, key: str) -> Any:
+    """A fact of one row: measured, else derived, else a ratio of two facts (``ItemFacts``' rule)."""
+    measured, derived = row
+    if key in measured:
+        return measured[key]
+    if key in derived:
+        return derived[key]
+    pair = RATIOS.get(key)
+    if pair is None:
+        return None
+    num, den = read(row, pair[0]), read(row, pair[1])
+    return num / den if num is not None and den else None
+
 
 def _percent_keys(
     facts: dict[str, Any], usage: str, capacity: float | None, target: str, floor: bool
@@ -93,12 +114,17 @@ def same_workloads(known: tuple[Workload, ...] | None, workloads: tuple[Workload
 
 @dataclass(frozen=True)
 class ScopeItems:
-    """The items of one rule scope in one tick, as parallel lists (keys, facts, workloads): every
-    rule of the scope shares them, and the backend receives ``facts`` as one batch."""
+    """The items of one rule scope in one tick, as parallel sequences (keys, rows, workloads): every
+    rule of the scope shares them, and the backend receives ``rows`` as one batch. Merged facts
+    (``fact``) are built only for the items someone reads further: matched items, strategies."""
 
     keys: Sequence[str | None]
-    facts: Sequence[ItemFacts]
+    rows: Sequence[Row]
     workloads: Sequence[Workload | None]
+    merged: Callable[[int], ItemFacts]
+
+    def fact(self, i: int) -> ItemFacts:
+        return self.merged(i)
 
 
 class FactViews:
@@ -132,21 +158,30 @@ class FactViews:
         if hit is not None:
             return hit
         if scope == "node":
-            out = ScopeItems([None], [EMPTY_ITEM], [None])
+            out = ScopeItems([None], [(EMPTY_ITEM, NOTHING_DERIVED)], [None], lambda i: EMPTY_ITEM)
         elif scope == "numa":
-            numa = self.numa
-            out = ScopeItems([str(n) for n in numa], list(numa.values()), [None] * len(numa))
+            facts = list(self.numa.values())
+            out = ScopeItems(
+                [str(n) for n in self.numa],
+                [(f, NOTHING_DERIVED) for f in facts],
+                [None] * len(facts),
+                facts.__getitem__,
+            )
         elif scope == "pod":
             pods, keys, uids, statics = self._active_pods()
-            out = ScopeItems(keys, self._pod_items(uids, statics), pods)
+            get = self.snapshot.metrics.pods.get
+            rows = [(get(uid, EMPTY), static) for uid, static in zip(uids, statics, strict=True)]
+            out = ScopeItems(keys, rows, pods, lambda i: self.pod(pods[i]))
         else:
             pairs = [
                 (w, c.name) for w in self.snapshot.workloads if w.phase in ACTIVE_PHASES for c in w.containers
             ]
+            crows = [self._container_row(w, name) for w, name in pairs]
             out = ScopeItems(
                 [f"{w.key}/{name}" for w, name in pairs],
-                [self.container(w, name) for w, name in pairs],
+                crows,
                 [w for w, _ in pairs],
+                lambda i: item_facts(*crows[i]),
             )
         self._scopes[scope] = out
         return out
@@ -230,40 +265,22 @@ class FactViews:
                 item[key] = value
 
     # ---- pods
-    def _active_pods(self) -> tuple[list[Workload], list[str], list[str], list[FactMap]]:
+    def _active_pods(self) -> tuple[list[Workload], list[str], list[str], list[dict[str, Any]]]:
         """The active pods with their keys, uids and static facts. They follow from the workload
         objects alone, so they are kept across the ticks of a generation while the snapshot hands
         over the same objects (the lists are shared and must not be changed)."""
         workloads = self.snapshot.workloads
         hit = self.generation_memo.get("active_pods")
         if hit is not None and same_workloads(hit[0], workloads):
-            result: tuple[list[Workload], list[str], list[str], list[FactMap]] = hit[1]
+            result: tuple[list[Workload], list[str], list[str], list[dict[str, Any]]] = hit[1]
             return result
         pods = [w for w in workloads if w.phase in ACTIVE_PHASES]
         result = (pods, [w.key for w in pods], [w.uid for w in pods], [self._pod_static(w) for w in pods])
         self.generation_memo["active_pods"] = (workloads, result)
         return result
 
-    def _pod_items(self, uids: list[str], statics: list[FactMap]) -> list[ItemFacts]:
-        """Measured over static facts for every active pod: this runs for every pod every tick, and
-        is the largest part of a tick that both backends share, hence ``item_facts`` inlined."""
-        measured_of = self.snapshot.metrics.pods.get
-        proxy = MappingProxyType
-        out: list[ItemFacts] = []
-        append = out.append
-        for uid, static in zip(uids, statics, strict=True):
-            facts = ItemFacts(static)
-            measured = measured_of(uid)
-            if measured:
-                facts.update(measured.copy() if type(measured) is proxy else measured)
-            append(facts)
-        known = self._pods
-        if known:  # a pod asked for before its scope was built keeps the view it was given
-            out = [known.get(uid, facts) for uid, facts in zip(uids, out, strict=True)]
-        known.update(zip(uids, out, strict=True))
-        return out
-
     def pod(self, w: Workload) -> ItemFacts:
+        """One pod's merged facts, built when first asked this tick (strategies, matched pods)."""
         view = self._pods.get(w.uid)
         if view is None:
             view = self._pods[w.uid] = item_facts(
@@ -271,10 +288,11 @@ class FactViews:
             )
         return view
 
-    def _pod_static(self, w: Workload) -> FactMap:
+    def _pod_static(self, w: Workload) -> dict[str, Any]:
+        """A pod's derived facts (attributes and class), kept per workload object."""
         hit = self._static.get(id(w))
         if hit is not None and hit[0] is w:
-            facts: FactMap = hit[1]
+            facts: dict[str, Any] = hit[1]
             return facts
         cls = self.classifier.classify(w)
         static: dict[str, Any] = {
@@ -298,6 +316,9 @@ class FactViews:
         return static
 
     def container(self, w: Workload, name: str) -> ItemFacts:
+        return item_facts(*self._container_row(w, name))
+
+    def _container_row(self, w: Workload, name: str) -> Row:
         measured = self.snapshot.metrics.containers.get(f"{w.uid}/{name}", EMPTY)
         c = next((c for c in w.containers if c.name == name), None)
         derived: dict[str, Any] = {"name": name}
@@ -308,7 +329,7 @@ class FactViews:
                 derived["cpu.limit_cores"] = c.limits["cpu"]
             if "memory" in c.limits:
                 derived["memory.limit_bytes"] = c.limits["memory"]
-        return item_facts(measured, derived)
+        return measured, derived
 
     # ---- classes
     def classes(self, wanted: frozenset[str]) -> Mapping[str, Any]:

@@ -51,20 +51,28 @@ class Topology:
             by_core.setdefault((c.socket, c.core), []).append(c.id)
         return MappingProxyType({cid: tuple(sorted(ids)) for ids in by_core.values() for cid in ids})
 
-    @property
+    # Cached: the collector keeps one Topology while the hardware is unchanged, and every tick asks.
+    @cached_property
     def numa_ids(self) -> tuple[int, ...]:
         return tuple(sorted({c.numa for c in self.cpus} | set(self.numa_memory)))
 
-    @property
+    @cached_property
     def sockets(self) -> tuple[int, ...]:
         return tuple(sorted({c.socket for c in self.cpus}))
 
-    @property
+    @cached_property
     def l3_ids(self) -> tuple[int, ...]:
         return tuple(sorted({c.l3 for c in self.cpus if c.l3 is not None}))
 
+    @cached_property
+    def _numa_cpus(self) -> Mapping[int, tuple[int, ...]]:
+        out: dict[int, list[int]] = {}
+        for c in self.cpus:
+            out.setdefault(c.numa, []).append(c.id)
+        return MappingProxyType({n: tuple(ids) for n, ids in out.items()})
+
     def cpus_of_numa(self, numa: int) -> tuple[int, ...]:
-        return tuple(c.id for c in self.cpus if c.numa == numa)
+        return self._numa_cpus.get(numa, ())
 
 
 @dataclass(frozen=True)
