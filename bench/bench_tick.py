@@ -1,26 +1,31 @@
 """Tick latency: snapshot -> operations, at four node sizes, for both evaluation backends in one run.
 
-    python -m bench.bench_tick [--ticks N] [--backends python,durable] [--write]
+    python -m bench.bench_tick [--ticks N] [--backends python,durable] [--write] [--same-process]
 
 Each size gets a synthetic node (HT pairs, NUMA nodes) and workloads of every Katalyst QoS level with
 per-pod metrics, evaluated against the bundled default policy with the RSS-overuse overlay from
 rules/examples switched on and bench/per-pod-rules.yaml, whose conditions test pod facts, so the
 backends answer for every pod (the bundled rules test pods only through engine-computed triggers,
-which never reach a backend). Ticks alternate between a quiet
-snapshot and one under memory pressure (evictions, pending credit), carrying engine state, and reuse
-workload objects between ticks as the daemon's sources do. Backends run interleaved per size so noise
-on this shared 2-core machine hits both alike; compare the ratios, not the absolute times.
+which never reach a backend). Nine quiet ticks, then one under memory pressure (evictions, pending
+credit), carrying engine state, and reusing workload objects between ticks as the daemon's sources
+do. Each backend runs in its own process, as a node runs one backend per daemon; they take turns in
+blocks of ticks so noise on this shared 2-core machine hits both alike. Compare the ratios, not the
+absolute times. ``--same-process`` runs both in one process, alternating every tick.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import platform
 import statistics
 import subprocess
 import time
+import traceback
 from dataclasses import replace
+from multiprocessing.connection import Connection
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -43,6 +48,8 @@ MEM = "katalyst.kubewharf.io/memory_enhancement"
 SECTION = "## Tick latency (issue 3)"
 OVERLAYS = ("rules/examples/enable-rss-overuse.yaml", "bench/per-pod-rules.yaml")
 SECTION_ALL = "## Tick latency, every strategy enabled (issue 4)"
+SECTION_SAME = "## Tick latency, both backends in one process (issue 3)"
+SECTION_PACED = "## Tick latency, paced like a daemon (issue 3)"
 
 
 def workloads(n: int, cgroups: bool = False) -> tuple[Workload, ...]:
@@ -159,10 +166,10 @@ def snapshot(
     )
 
 
-def measure(
-    cpus: int, numa: int, n: int, backends: list[str], ticks: int, full: bool = False
-) -> dict[str, dict[str, float]]:
-    """``full``: every strategy (bench/all-strategies.yaml), cgroup paths, resctrl, cgroup v2."""
+def inputs(
+    cpus: int, numa: int, n: int, ticks: int, full: bool
+) -> tuple[Any, list[Snapshot], list[Snapshot]]:
+    """The policy and each tick's quiet and loud snapshot for one size."""
     extra = ["bench/all-strategies.yaml"] if full else [*OVERLAYS]
     docs = load_documents([ROOT / e for e in extra])
     pods = workloads(n, cgroups=full)
@@ -170,49 +177,147 @@ def measure(
     policy = build_policy(docs, box[1].with_labels({"node.example.com/pool": "batch"}))
     quiet = [snapshot(box, pods, float(t), False, full) for t in range(ticks)]
     loud = [snapshot(box, pods, float(t), True, full) for t in range(ticks)]
-    engines = {b: Engine(policy, backend=b) for b in backends}
-    states = {b: EngineState() for b in backends}
-    times: dict[str, list[float]] = {b: [] for b in backends}
-    cond_times: dict[str, list[float]] = {b: [] for b in backends}
-    for b, engine in engines.items():
-        inner = engine.backend.evaluate_many
+    return policy, quiet, loud
 
-        def timed(node: Any, classes: Any, calls: Any, inner: Any = inner, b: str = b) -> list[bool]:
+
+BLOCK = 30  # ticks per turn in isolated mode
+
+
+class Runner:
+    """One backend's engine, state and (with ``full``) the cgroup files its writes landed in."""
+
+    def __init__(
+        self, policy: Any, quiet: list[Snapshot], loud: list[Snapshot], backend: str, full: bool, pace: float
+    ):
+        self.engine = Engine(policy, backend=backend)
+        self.pace = pace
+        self.quiet, self.loud, self.full = quiet, loud, full
+        self.state = EngineState()
+        # The cgroup files as a node would hold them: each tick's writes land before the next tick,
+        # so after the first ticks the plan is a steady state (the daemon's normal case).
+        self.kernel: dict[str, dict[str, str]] = {}
+        self.cond: list[float] = []
+        inner = self.engine.backend.evaluate_many
+
+        def timed(node: Any, classes: Any, calls: Any) -> list[bool]:
             t0 = time.perf_counter()
             answers: list[bool] = inner(node, classes, calls)
-            cond_times[b].append(time.perf_counter() - t0)
+            self.cond.append(time.perf_counter() - t0)
             return answers
 
-        engine.backend.evaluate_many = timed  # type: ignore[method-assign]
+        self.engine.backend.evaluate_many = timed  # type: ignore[method-assign]
+        for _ in range(3):  # warm-up: compile caches, classification, worker start, first writes
+            self._land(run_tick(self.engine, self._observed(quiet[0]), EngineState(), Guards()))
+        self.cond.clear()
+
+    def _observed(self, snap: Snapshot) -> Snapshot:
+        return replace(snap, cgroups=self.kernel) if self.full else snap
+
+    def _land(self, result: Any) -> None:
+        for op in result.plan.operations:
+            if isinstance(op, WriteCgroup):
+                self.kernel.setdefault(op.path, {})[op.file] = op.value
+
+    def run(self, start: int, end: int) -> tuple[list[float], list[float]]:
+        """Ticks ``start..end-1`` (every tenth under pressure): tick times and conditions times."""
+        times = []
+        for t in range(start, end):
+            snap = self._observed(self.loud[t] if t % 10 == 9 else self.quiet[t])
+            if self.pace:
+                time.sleep(self.pace)  # idle like a daemon between ticks: caches and clocks go cold
+            t0 = time.perf_counter()
+            result = run_tick(self.engine, snap, self.state, Guards())
+            times.append(time.perf_counter() - t0)
+            self.state = result.state
+            self._land(result)
+        cond, self.cond = self.cond, []
+        return times, cond
+
+    def close(self) -> None:
+        self.engine.backend.close()
+
+
+def _serve(
+    conn: Connection, size: tuple[int, int, int], backend: str, ticks: int, full: bool, pace: float
+) -> None:
+    """A backend in its own process (isolated mode): builds its own inputs (pages the parent built
+    would be copied on write as the ticks touch them, a cost no daemon has), then runs the blocks of
+    ticks the parent asks for."""
     try:
-        # The cgroup files as a node would hold them: each tick's writes land before the next tick, so
-        # after the first ticks the plan is a steady state (the daemon's normal case).
-        kernel: dict[str, dict[str, dict[str, str]]] = {b: {} for b in backends}
-
-        def observed(snap: Snapshot, b: str) -> Snapshot:
-            return replace(snap, cgroups=kernel[b]) if full else snap
-
-        def land(result: Any, b: str) -> None:
-            for op in result.plan.operations:
-                if isinstance(op, WriteCgroup):
-                    kernel[b].setdefault(op.path, {})[op.file] = op.value
-
-        for b in backends:  # warm-up: compile caches, classification, worker start, first writes
-            for _ in range(3):
-                land(run_tick(engines[b], observed(quiet[0], b), EngineState(), Guards()), b)
-        for t in range(ticks):
-            for b in backends:
-                snap = observed(loud[t] if t % 10 == 9 else quiet[t], b)
-                if t == 0:
-                    cond_times[b].clear()  # drop the warm-up call
-                t0 = time.perf_counter()
-                result = run_tick(engines[b], snap, states[b], Guards())
-                times[b].append(time.perf_counter() - t0)
-                states[b] = result.state
-                land(result, b)
+        runner = Runner(*inputs(*size, ticks, full), backend, full, pace)
+        conn.send("ready")
+        while (block := conn.recv()) is not None:
+            conn.send(runner.run(*block))
+        runner.close()
+    except Exception:  # the parent reports it and stops the run
+        conn.send(traceback.format_exc())
     finally:
-        for e in engines.values():
-            e.backend.close()
+        conn.close()
+
+
+def _answer(conn: Connection, backend: str) -> Any:
+    reply = conn.recv()
+    if isinstance(reply, str) and reply != "ready":
+        raise RuntimeError(f"the {backend} benchmark process failed:\n{reply}")
+    return reply
+
+
+def measure(
+    cpus: int,
+    numa: int,
+    n: int,
+    backends: list[str],
+    ticks: int,
+    full: bool = False,
+    isolated: bool = True,
+    pace: float = 0.0,
+) -> dict[str, dict[str, float]]:
+    """``full``: every strategy (bench/all-strategies.yaml), cgroup paths, resctrl, cgroup v2.
+
+    ``isolated``: each backend in its own process, as a node runs one backend per daemon, taking
+    turns in blocks of ``BLOCK`` ticks so the machine's drift hits both alike. Otherwise both run
+    in this process, alternating every tick: each backend's tick then starts with the caches and
+    allocator state the other one left (see bench/RESULTS.md for what that costs)."""
+    times: dict[str, list[float]] = {b: [] for b in backends}
+    cond_times: dict[str, list[float]] = {b: [] for b in backends}
+    if isolated:
+        ctx = multiprocessing.get_context("fork")
+        conns: dict[str, Connection] = {}
+        procs = []
+        try:
+            for b in backends:
+                mine, theirs = ctx.Pipe()
+                args = (theirs, (cpus, numa, n), b, ticks, full, pace)
+                proc = ctx.Process(target=_serve, args=args, daemon=True)
+                proc.start()
+                theirs.close()
+                conns[b] = mine
+                procs.append(proc)
+                _answer(mine, b)
+            for start in range(0, ticks, BLOCK):
+                for b in backends:
+                    conns[b].send((start, min(start + BLOCK, ticks)))
+                    tick_times, conds = _answer(conns[b], b)
+                    times[b] += tick_times
+                    cond_times[b] += conds
+        finally:
+            for conn in conns.values():
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+            for proc in procs:
+                proc.join(timeout=30)
+    else:
+        built = inputs(cpus, numa, n, ticks, full)
+        runners = {b: Runner(*built, b, full, pace) for b in backends}
+        try:
+            for t in range(ticks):
+                for b, runner in runners.items():
+                    tick_times, conds = runner.run(t, t + 1)
+                    times[b] += tick_times
+                    cond_times[b] += conds
+        finally:
+            for runner in runners.values():
+                runner.close()
     out = {}
     for b, values in times.items():
         values.sort()
@@ -244,13 +349,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="every strategy on (bench/all-strategies.yaml), pods with cgroup paths, resctrl mounted",
     )
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="run the backends in this process, alternating every tick, instead of one process each",
+    )
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="seconds of idle before each tick, as a daemon waits between ticks (default: back to back)",
+    )
     args = parser.parse_args(argv)
     backends = args.backends.split(",")
     ref_before = reference_loop_ms()
     rows = []
     for cpus, numa, n in SIZES:
         ticks = max(args.ticks // (4 if n >= 2000 else 1), 20)
-        r = measure(cpus, numa, n, backends, ticks, args.all_strategies)
+        r = measure(cpus, numa, n, backends, ticks, args.all_strategies, not args.same_process, args.pace)
         rows.append((cpus, numa, n, ticks, r))
         print(cpus, numa, n, json.dumps(r), flush=True)
     header = "| CPUs / NUMA | containers | ticks | " + " | ".join(f"{b} median | {b} p99" for b in backends)
@@ -282,9 +398,19 @@ def main(argv: list[str] | None = None) -> int:
         ).stdout.strip()
         command = f"python -m bench.bench_tick --write --ticks {args.ticks} --backends {args.backends}"
         command += " --all-strategies" if args.all_strategies else ""
+        command += " --same-process" if args.same_process else ""
+        command += f" --pace {args.pace:g}" if args.pace else ""
         machine = f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        heading = SECTION_ALL if args.all_strategies else SECTION
+        heading = (
+            SECTION_ALL
+            if args.all_strategies
+            else SECTION_SAME
+            if args.same_process
+            else SECTION_PACED
+            if args.pace
+            else SECTION
+        )
         scope = (
             "Every strategy enabled: the bundled default policy plus bench/all-strategies.yaml (every rule "
             "Katalyst ships off, Koordinator cpuset suppress, a resctrl group per class, memory QoS, CPU "
@@ -305,7 +431,19 @@ def main(argv: list[str] | None = None) -> int:
                 + " (three rules whose conditions test every pod, so both backends answer per pod)"
             )
             + "; one tick in ten is under memory pressure (NUMA watermark, PSI, RSS overuse: evictions and "
-            "pending credit). Target at 256/500: python median <= 5 ms and >= 10x faster than durable. "
+            "pending credit). "
+            + (
+                "Both backends in one process, alternating every tick. "
+                if args.same_process
+                else f"Each backend in its own process (one backend per daemon, as on a node), taking turns "
+                f"in blocks of {BLOCK} ticks. "
+            )
+            + (
+                f"Each tick after {args.pace * 1000:g} ms idle, as a daemon's tick follows its wait. "
+                if args.pace
+                else "Ticks back to back. "
+            )
+            + "Target at 256/500: python median <= 5 ms and >= 10x faster than durable. "
             "*Conditions only* times the backend's `evaluate_many` (the part the backends do differently); "
             "the rest of a tick (fact views, classification, strategies, planning) is shared code."
             "\n\n" + table + "\n"
