@@ -25,12 +25,17 @@ RATIOS: Mapping[str, tuple[str, str]] = {
 }
 
 
+def ratio(num: Any, den: Any) -> Any:
+    """A ratio fact: None without a numerator or with a zero or missing denominator."""
+    return num / den if num is not None and den else None
+
+
 class ItemFacts(dict[str, Any]):
     """Facts of one NUMA node, pod or container, flattened: measured values over derived ones.
 
-    A dict so generated conditions read it with C-speed subscription (``I[key]``); a missing key
-    goes through ``__missing__``, which computes ratio facts once and otherwise answers None.
-    ``get`` keeps the same semantics for strategies and explanations."""
+    Strategies, rankings and explanations read these; conditions read the unmerged ``Row`` (see
+    ``read``). A missing key goes through ``__missing__``, which computes ratio facts once and
+    otherwise answers None; ``get`` keeps the same semantics."""
 
     __slots__ = ()
 
@@ -38,11 +43,9 @@ class ItemFacts(dict[str, Any]):
         pair = RATIOS.get(key)
         if pair is None:
             return None
-        num, den = dict.get(self, pair[0]), dict.get(self, pair[1])
-        if num is None or not den:
-            return None
-        value = num / den
-        self[key] = value
+        value = ratio(dict.get(self, pair[0]), dict.get(self, pair[1]))
+        if value is not None:
+            self[key] = value
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -79,8 +82,7 @@ def read(row: Row, key: str) -> Any:
     pair = RATIOS.get(key)
     if pair is None:
         return None
-    num, den = read(row, pair[0]), read(row, pair[1])
-    return num / den if num is not None and den else None
+    return ratio(read(row, pair[0]), read(row, pair[1]))
 
 
 def _percent_keys(
