@@ -245,21 +245,21 @@ def _serve(
     ticks the parent asks for."""
     try:
         runner = Runner(*inputs(*size, ticks, full), backend, full, pace)
-        conn.send("ready")
+        conn.send(("ok", None))
         while (block := conn.recv()) is not None:
-            conn.send(runner.run(*block))
+            conn.send(("ok", runner.run(*block)))
         runner.close()
     except Exception:  # the parent reports it and stops the run
-        conn.send(traceback.format_exc())
+        conn.send(("failed", traceback.format_exc()))
     finally:
         conn.close()
 
 
 def _answer(conn: Connection, backend: str) -> Any:
-    reply = conn.recv()
-    if isinstance(reply, str) and reply != "ready":
-        raise RuntimeError(f"the {backend} benchmark process failed:\n{reply}")
-    return reply
+    status, payload = conn.recv()
+    if status != "ok":
+        raise RuntimeError(f"the {backend} benchmark process failed:\n{payload}")
+    return payload
 
 
 def measure(

@@ -106,7 +106,7 @@ class CompiledRule:
 
 
 Call = tuple[int, str, Sequence[Row], bool]
-"""(rule index, "when" | "clear", the items' facts, latched): one answer per item, in order."""
+"""(rule index, "when" | "clear", the items' rows, latched): one answer per row, in order."""
 
 
 def _always(

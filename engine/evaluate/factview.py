@@ -123,10 +123,7 @@ class ScopeItems:
     keys: Sequence[str | None]
     rows: Sequence[Row]
     workloads: Sequence[Workload | None]
-    merged: Callable[[int], ItemFacts]
-
-    def fact(self, i: int) -> ItemFacts:
-        return self.merged(i)
+    fact: Callable[[int], ItemFacts]  # the merged facts of item i
 
 
 class FactViews:
@@ -316,9 +313,6 @@ class FactViews:
             self._static.clear()
         self._static[id(w)] = (w, static)
         return static
-
-    def container(self, w: Workload, name: str) -> ItemFacts:
-        return item_facts(*self._container_row(w, name))
 
     def _container_row(self, w: Workload, name: str) -> Row:
         measured = self.snapshot.metrics.containers.get(f"{w.uid}/{name}", EMPTY)
