@@ -1008,6 +1008,9 @@ class ApiServer:
             except queue.Empty:
                 if _peer_closed(stream.sock):
                     raise _Abort from None
+                if not rt.builtin and self.registry.lookup(rt.group, rt.version, rt.plural) is not rt:
+                    self._end_stream(handler)  # its CRD was deleted: the resource is no longer served
+                    return
                 continue
             if change is None:
                 if stream.dropped:
