@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,9 +33,9 @@ from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.mounts import CgroupLayout, CgroupUnavailable
 from engine.cli import build_parser
 from engine.config.crd import qosd_crds
-from engine.daemon import Daemon, build_kube
+from engine.daemon import build_kube
 from engine.kube.apicall import retry_after
-from engine.kube.client import GROUP, MAX_RETRY_AFTER, POLICY_PLURAL, VERSION, Backoff, TokenFile, load_api_client
+from engine.kube.client import GROUP, MAX_RETRY_AFTER, POLICY_PLURAL, Backoff, TokenFile, load_api_client
 from engine.kube.reflector import Reflector
 from tests.kubeapi import ApiServer
 from tests.test_kube_daemon import BASE, EVICT, NODE, Running, node, pod, rbac_rules, wait_for
@@ -558,17 +557,21 @@ def test_leader_lease_loss_and_failover_between_two_daemons(
 # ------------------------------------------------------------------------------ kill -9
 
 
-def _metric(port: int, name: str) -> float:
+def _ticks(port: int) -> float:
+    """qosd_ticks_total{result="ok"} from the process's /metrics (-1 while it is not serving yet)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
             text = resp.read().decode()
     except OSError:
         return -1.0
     for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            if 'result="ok"' in line or "{" not in line:
-                return float(line.rsplit(" ", 1)[1])
+        if line.startswith('qosd_ticks_total{result="ok"}'):
+            return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def _terminating(cluster: ApiServer, name: str) -> bool:
+    return bool(((cluster.get("v1", "Pod", name, "default") or {}).get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _free_port() -> int:
@@ -584,9 +587,9 @@ def test_kill_9_between_the_write_ahead_record_and_the_eviction_call_never_evict
 ) -> None:
     """Faults table: kill -9 in Kubernetes mode between the write-ahead eviction record and the API
     call. A real ``qosd run`` process asks for an eviction; the emulator holds the request; the test
-    kills the process with SIGKILL while it waits, then lets the request through (it had reached the
-    server). The pod stays terminating. The restarted daemon finds the eviction in its state file
-    and asks for no second one, tick after tick."""
+    kills the process with SIGKILL while it waits and starts it again while the request is still in
+    flight (the pod still Running). The restarted daemon finds the eviction in its state file and
+    asks for no second one, tick after tick, before and after the first request goes through."""
     try:  # a separate process cannot be handed a fake tree: it needs a mounted cgroupfs
         CgroupAdapter.detect(HOST_CGROUPS)
     except CgroupUnavailable as exc:
@@ -618,13 +621,18 @@ def test_kill_9_between_the_write_ahead_record_and_the_eviction_call_never_evict
             first.kill()
     state = json.loads((tmp_path / "state.json").read_text())
     assert uid in state["state"]["evicting"]  # written before the call
-    held.release()  # the request had reached the server: the eviction happens
-    wait_for("the pod terminating", lambda: (cluster.get("v1", "Pod", "batch", "default") or {}).get("metadata", {}).get("deletionTimestamp"))
 
+    # The request is still in flight at the server while the daemon restarts: the pod still looks
+    # Running to the new process, which would evict it again without the record.
     port = _free_port()
     second = run(port)
     try:
-        wait_for("ten ticks of the restarted daemon", lambda: _metric(port, "qosd_ticks_total") >= 10, timeout=60)
+        wait_for("ten ticks of the restarted daemon", lambda: _ticks(port) >= 10, timeout=60)
+        assert cluster.requests.matching("POST", r"/pods/batch/eviction$") == []
+        held.release()  # the first request goes through now
+        wait_for("the pod terminating", lambda: _terminating(cluster, "batch"))
+        ticks = _ticks(port)
+        wait_for("more ticks", lambda: _ticks(port) >= ticks + 5, timeout=60)
         assert second.poll() is None
     finally:
         second.send_signal(signal.SIGTERM)
