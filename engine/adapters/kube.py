@@ -171,9 +171,8 @@ class KubeOperations:
                     seconds = retry_after(exc) or 0.0
                     self.evict_not_before = max(self.evict_not_before, self.clock() + seconds)
                     why = f"the API server is throttling requests (retry after {seconds:g}s)"
-                return OperationResult(
-                    op, "deferred", f"eviction of {pod} refused for now ({why}), will be asked again: {error}", 1
-                )
+                message = f"eviction of {pod} refused for now ({why}), will be asked again: {error}"
+                return OperationResult(op, "deferred", message, 1)
             return OperationResult(op, "failed", f"eviction of {pod} (UID {op.uid}) failed: {error}", 1)
         except Exception as exc:  # timeouts, refused connections, resets
             return OperationResult(

@@ -112,7 +112,9 @@ class TokenFile:
     status writer, the next tick) sends it again with the token read afresh. A file that cannot be
     read keeps the last token (the kubelet swaps the ``..data`` symlink; a read may fall between)."""
 
-    def __init__(self, path: Path, period: float = TOKEN_REREAD_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, path: Path, period: float = TOKEN_REREAD_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.path = path
         self.period = period
         self.clock = clock
@@ -159,7 +161,10 @@ class TokenFile:
                     )
                 if token:
                     if self._token and token != self._token:
-                        log.info("API token file changed; using the new token", extra={"fields": {"path": str(self.path)}})
+                        log.info(
+                            "API token file changed; using the new token",
+                            extra={"fields": {"path": str(self.path)}},
+                        )
                     self._token = token
                     self.reads += 1
             if self._token:

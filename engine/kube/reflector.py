@@ -225,7 +225,8 @@ class Reflector:
         # A watch is expected to end by the server's timeout; a read blocked past it (plus the
         # usual read timeout) means the connection died without a FIN (a NAT or node reboot).
         # Bookmarks make a shorter bound safe (``idle_timeout``).
-        self.idle_timeout = float(timeout_seconds) + request_timeout[1] if idle_timeout is None else idle_timeout
+        default_idle = float(timeout_seconds) + request_timeout[1]
+        self.idle_timeout = default_idle if idle_timeout is None else idle_timeout
         if self.idle_timeout <= 0:
             raise ValueError(f"reflector {name}: idle_timeout must be a positive number of seconds")
         self._watch_request_timeout = (request_timeout[0], self.idle_timeout)
