@@ -30,29 +30,31 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from engine.adapters.cgroup import CgroupAdapter
-from engine.adapters.mounts import CgroupLayout, CgroupUnavailable
-from engine.cli import build_parser
+from engine.adapters.mounts import CgroupUnavailable
 from engine.config.crd import qosd_crds
-from engine.daemon import build_kube
 from engine.kube.apicall import retry_after
 from engine.kube.client import GROUP, MAX_RETRY_AFTER, POLICY_PLURAL, Backoff, TokenFile, load_api_client
 from engine.kube.reflector import Reflector
+from tests.conftest import policy_text
 from tests.kubeapi import ApiServer
-from tests.test_kube_daemon import BASE, EVICT, NODE, Running, node, pod, rbac_rules, wait_for
+from tests.test_kube_daemon import (
+    BASE,
+    EVICT,
+    NODE,
+    Running,
+    daemon_args,
+    pod,
+    populate,
+    rbac_rules,
+    start_daemon,
+    stop_daemons,
+    wait_for,
+)
 
 PODS = r"^/api/v1/pods$"
 HOST_CGROUPS = Path("/sys/fs/cgroup")
 # Classes without cgroup settings: the process started on the host's cgroupfs writes nothing there.
-EVICT_ONLY = """\
-apiVersion: qosd.io/v1alpha1
-kind: QoSPolicy
-metadata: {name: evict-only}
-spec:
-  classes:
-    - name: be
-      match: [{labels: {qos: be}}]
-  rules:
-""" + EVICT
+EVICT_ONLY = policy_text("classes:\n  - name: be\n    match: [{labels: {qos: be}}]\nrules:", "evict-only") + EVICT
 ALL = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
 REPO = Path(__file__).resolve().parents[1]
 
@@ -344,29 +346,7 @@ def test_an_api_server_restart_that_resets_resource_versions_relists(
 
 @pytest.fixture
 def cluster(apiserver: ApiServer) -> ApiServer:
-    apiserver.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "qosd-system"}})
-    apiserver.put(node(NODE))
-    apiserver.put(node("node-b"))
-    apiserver.put(pod("web", "ls", cpu="500m"))
-    return apiserver
-
-
-def _args(
-    tmp: Path, kubeconfig: Path, node_name: str, policy: str, extra: tuple[str, ...], tree: Path | None = None
-) -> list[str]:
-    if tree is None:
-        tree = tmp / "cgroup"
-        tree.mkdir(parents=True, exist_ok=True)
-        (tree / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    rules = tmp / "rules"
-    rules.mkdir(exist_ok=True)
-    (rules / "base.yaml").write_text(policy)
-    return [
-        "run", "--kubeconfig", str(kubeconfig), "--node-name", node_name, "--no-builtin",
-        "--rules", str(rules), "--cgroup-root", str(tree), "--resctrl-root", str(tmp / "resctrl"),
-        "--cgroup-driver", "cgroupfs", "--interval", "100ms", "--sync-timeout", "10s",
-        "--state-file", str(tmp / "state.json"), "--namespace", "qosd-system", *extra,
-    ]  # fmt: skip
+    return populate(apiserver)
 
 
 @pytest.fixture
@@ -374,25 +354,15 @@ def start(cluster: ApiServer, tmp_path: Path) -> Iterator[Callable[..., Running]
     """Start kube-mode daemons (each its own node, directory and client) running their loops."""
     started: list[Running] = []
 
-    def _start(policy: str = BASE, *extra: str, node_name: str = NODE, rules: list[dict[str, Any]] | None = None) -> Running:
+    def _start(
+        policy: str = BASE, *extra: str, node_name: str = NODE, rules: list[dict[str, Any]] | None = None
+    ) -> Running:
         token = cluster.authorize(f"sa-{node_name}", rules if rules is not None else rbac_rules())
-        tmp = tmp_path / node_name
-        tmp.mkdir(exist_ok=True)
-        kubeconfig = cluster.kubeconfig(tmp / "kubeconfig", token)
-        args = build_parser().parse_args([*_args(tmp, kubeconfig, node_name, policy, extra), "--listen", ""])
-        tree = tmp / "cgroup"
-        daemon = build_kube(args, adapter=CgroupAdapter(CgroupLayout.unified_tree(tree)))
-        running = Running(cluster, daemon)
-        running.thread.start()
-        started.append(running)
-        wait_for("the first generation", lambda: running.generation() >= 1)
-        return running
+        started.append(start_daemon(cluster, tmp_path / node_name, node_name, token, policy, extra))
+        return started[-1]
 
     yield _start
-    for running in started:
-        running.daemon.stop.set()
-        running.thread.join(timeout=15)
-        assert not running.thread.is_alive(), "the daemon did not stop"
+    stop_daemons(started)
 
 
 def _policy_cr(name: str, threshold: int) -> str:
@@ -604,7 +574,7 @@ def test_kill_9_between_the_write_ahead_record_and_the_eviction_call_never_evict
 
     def run(port: int) -> subprocess.Popen[bytes]:
         extra = ("--listen", f"127.0.0.1:{port}", "--no-policy-status")
-        args = _args(tmp_path, kubeconfig, NODE, EVICT_ONLY, extra, tree=HOST_CGROUPS)
+        args = daemon_args(tmp_path, kubeconfig, NODE, EVICT_ONLY, extra, tree=HOST_CGROUPS)
         return subprocess.Popen(
             [sys.executable, "-m", "engine.cli", *args], env=env, cwd=tmp_path,
             stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"qosd-{port}.log", "wb"),
