@@ -362,6 +362,8 @@ class Daemon:
         self._adopted: Engine | None = None
         self.services = list(services)
         self.synced = list(synced)  # (what, wait_synced): waited for before the first tick
+        # Each says why the daemon is not ready (a watch failing: RBAC, a missing CRD), or None.
+        self.readiness: list[Callable[[], str | None]] = []
         self._started = False
         self.state = load_state(config.state_file)
         self.guards = Guards(dry_run=config.dry_run, eviction_burst=config.eviction_burst)
@@ -533,6 +535,9 @@ class Daemon:
             return False, self.reloader.last_error or "no policy generation loaded yet"
         if self.ticks == 0:
             return False, "no tick completed yet"
+        problems = [why for check in self.readiness if (why := check())]
+        if problems:
+            return False, "; ".join(problems)
         return True, f"generation {self.reloader.generation}"
 
     def serve(self, listen: str) -> tuple[str, int]:
@@ -775,7 +780,9 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         ],
     )
     reloader = daemon.reloader
-    daemon.metrics.registry.register(ReflectorCollector([node.reflector, pods.reflector, policies.reflector]))
+    reflectors = [node.reflector, pods.reflector, policies.reflector]
+    daemon.metrics.registry.register(ReflectorCollector(reflectors))
+    daemon.readiness.extend(r.problem for r in reflectors)
 
     def crd_changed() -> None:
         reloader.request("crd")

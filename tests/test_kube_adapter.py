@@ -633,3 +633,35 @@ def test_record_does_not_wait_for_a_slow_api_and_flush_waits_for_it(kit: Kit) ->
     assert kit.events.flush(10)
     assert kit.events.counts()["queued"] == 0
     assert len(_events(server, "shop")) == 10
+
+
+def test_a_throttling_429_without_a_pdb_defers_every_eviction_until_retry_after_has_passed(kit: Kit) -> None:
+    """API priority and fairness answers 429 with Retry-After and no DisruptionBudget cause: the
+    eviction is deferred as throttled (not blamed on a PDB), and no eviction is asked for again
+    before Retry-After has passed; then it goes through, once."""
+    server = kit.server
+    uid = _setup_running(server)
+    other = str(_pod(server, "web-2")["metadata"]["uid"])
+    server.fail_next(1, 429, method="POST", path=r"/eviction$", retry_after=30)
+    first = kit.apply(_evict(uid))
+    assert (first.status, first.attempts) == ("deferred", 1)
+    assert "throttling" in (first.error or "") and "retry after 30s" in (first.error or "")
+    assert "PodDisruptionBudget" not in (first.error or "")
+    kit.clock.now += 10
+    held = kit.apply(_evict(other, name="web-2"))
+    assert (held.status, held.attempts) == ("deferred", 0)
+    assert "20.0s more" in (held.error or "")
+    assert len([r for r in _requests(server, "POST") if r.path.endswith("/eviction")]) == 1
+    kit.clock.now += 21
+    assert kit.apply(_evict(uid)).status == "applied"
+    evictions = [r for r in _requests(server, "POST") if r.path.endswith("/eviction")]
+    assert [r.status for r in evictions] == [429, 201]
+
+
+def test_a_pdb_429_does_not_hold_back_other_evictions(kit: Kit) -> None:
+    server = kit.server
+    _pdb(server)
+    uid = _setup_running(server)
+    free = str(_pod(server, "batch-1", labels={"app": "batch"})["metadata"]["uid"])
+    assert kit.apply(_evict(uid)).status == "deferred"
+    assert kit.apply(_evict(free, name="batch-1")).status == "applied"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,12 @@ class Running:
 
 @pytest.fixture
 def cluster(apiserver: ApiServer) -> ApiServer:
+    return populate(apiserver)
+
+
+def populate(apiserver: ApiServer) -> ApiServer:
+    """The cluster of these tests: the qosd-system namespace, node-a (qosd's) with an ls pod "web"
+    (500m), node-b with a be pod "elsewhere"."""
     apiserver.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "qosd-system"}})
     apiserver.put(node(NODE))
     apiserver.put(node("node-b"))
@@ -176,39 +182,57 @@ def cluster(apiserver: ApiServer) -> ApiServer:
     return apiserver
 
 
+def daemon_args(
+    tmp: Path, kubeconfig: Path, node_name: str, policy: str, extra: Sequence[str], tree: Path | None = None
+) -> list[str]:
+    """``qosd run`` arguments for a kube-mode daemon of ``node_name`` whose files live in ``tmp``
+    (rules, state file; a cgroup v2 file-name tree unless ``tree`` is given)."""
+    if tree is None:
+        tree = tmp / "cgroup"
+        tree.mkdir(parents=True, exist_ok=True)
+        (tree / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    rules = tmp / "rules"
+    rules.mkdir(parents=True, exist_ok=True)
+    (rules / "base.yaml").write_text(policy)
+    return [
+        "run", "--kubeconfig", str(kubeconfig), "--node-name", node_name, "--no-builtin",
+        "--rules", str(rules), "--cgroup-root", str(tree), "--resctrl-root", str(tmp / "resctrl"),
+        "--cgroup-driver", "cgroupfs", "--interval", "100ms", "--sync-timeout", "10s",
+        "--state-file", str(tmp / "state.json"), "--namespace", "qosd-system", *extra,
+    ]  # fmt: skip
+
+
+def start_daemon(cluster: ApiServer, tmp: Path, node_name: str, token: str, policy: str, extra: Sequence[str]) -> Running:
+    """A kube-mode daemon as ``build_kube`` wires it, running its loop in a thread, once it loaded
+    its first generation."""
+    kubeconfig = cluster.kubeconfig(tmp / "kubeconfig", token)
+    args = build_parser().parse_args([*daemon_args(tmp, kubeconfig, node_name, policy, extra), "--listen", ""])
+    daemon = build_kube(args, adapter=CgroupAdapter(CgroupLayout.unified_tree(tmp / "cgroup")))
+    running = Running(cluster, daemon)
+    running.thread.start()
+    wait_for("the first generation", lambda: running.generation() >= 1)
+    return running
+
+
+def stop_daemons(started: Sequence[Running]) -> None:
+    for running in started:
+        running.daemon.stop.set()
+        running.thread.join(timeout=15)
+        assert not running.thread.is_alive(), "the daemon did not stop"
+
+
 @pytest.fixture
 def run_qosd(cluster: ApiServer, tmp_path: Path) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
 
     def start(policy: str = BASE, *extra: str) -> Running:
         token = cluster.authorize("qosd-sa-token", rbac_rules())
-        kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig", token)
-        tree = tmp_path / "cgroup"
-        tree.mkdir(exist_ok=True)
-        (tree / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-        rules = tmp_path / "rules"
-        rules.mkdir(exist_ok=True)
-        (rules / "base.yaml").write_text(policy)
-        args = build_parser().parse_args(
-            [
-                "run", "--kubeconfig", str(kubeconfig), "--node-name", NODE, "--no-builtin",
-                "--rules", str(rules), "--cgroup-root", str(tree), "--resctrl-root", str(tmp_path / "resctrl"),
-                "--cgroup-driver", "cgroupfs", "--listen", "", "--interval", "100ms", "--sync-timeout", "10s",
-                "--state-file", str(tmp_path / "state.json"), "--namespace", "qosd-system", *extra,
-            ]
-        )
-        daemon = build_kube(args, adapter=CgroupAdapter(CgroupLayout.unified_tree(tree)))
-        running = Running(cluster, daemon)
-        running.thread.start()
-        started.append(running)
-        wait_for("the first generation", lambda: running.generation() >= 1)
-        return running
+        started.append(start_daemon(cluster, tmp_path, NODE, token, policy, extra))
+        return started[-1]
 
     yield start
+    stop_daemons(started)
     for running in started:
-        running.daemon.stop.set()
-        running.thread.join(timeout=15)
-        assert not running.thread.is_alive(), "the daemon did not stop"
         assert running.forbidden() == [], "examples/deploy/rbac.yaml is missing a permission"
 
 

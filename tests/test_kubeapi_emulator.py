@@ -1394,3 +1394,99 @@ def test_put_get_list_delete_emit_watch_events(apiserver: ApiServer, core: clien
     apiserver.delete("v1", "Pod", "p", "team-a")
     events = watch_events(apiserver, core.list_pod_for_all_namespaces, resource_version=start, count=2)
     assert summary(events) == [("ADDED", "p"), ("DELETED", "p")]
+
+
+def test_fail_next_tells_list_from_watch_and_sets_retry_after_as_asked(
+    apiserver: ApiServer, tmp_path: Path
+) -> None:
+    from engine.kube.client import load_api_client  # urllib3 status retries off: every 429 is seen
+
+    core = client.CoreV1Api(load_api_client(apiserver.kubeconfig(tmp_path)))
+    apiserver.fail_next(1, 429, path=r"^/api/v1/namespaces/default/pods$", verb="watch", retry_after=5)
+    apiserver.fail_next(1, 429, path=r"^/api/v1/nodes$", retry_after=0)
+    core.list_namespaced_pod(NS)  # a list on the same path does not match the watch's failure
+    try:
+        core.list_namespaced_pod(NS, watch=True, timeout_seconds=1, _preload_content=False)
+    except ApiException as exc:
+        assert (exc.status, exc.headers["Retry-After"]) == (429, "5")
+        assert json.loads(exc.body)["details"] == {"retryAfterSeconds": 5}
+    else:
+        pytest.fail("the watch was not refused")
+    status, body = error_of(lambda: core.list_node())
+    assert status == 429 and "details" not in body  # retry_after=0: no Retry-After at all
+    log = [(r.verb, r.status) for r in apiserver.requests if r.path.endswith(("/pods", "/nodes"))]
+    assert log == [("list", 200), ("watch", 429), ("list", 429)]
+
+
+def test_a_stalled_write_happens_on_release_after_its_client_gave_up_or_never_on_drop(
+    apiserver: ApiServer, core: client.CoreV1Api
+) -> None:
+    from urllib3.exceptions import ReadTimeoutError
+
+    apiserver.put(node("n1"))
+    path = r"/nodes/n1/status$"
+    for drop, value in ((False, "1"), (True, "2")):
+        stall = apiserver.stall("PATCH", path)
+        body = {"status": {"capacity": {"example.com/x": value}}}
+        with pytest.raises(ReadTimeoutError):
+            core.patch_node_status("n1", body, _request_timeout=(2, 0.3))
+        assert stall.hit.is_set() and stall.held == 1
+        stall.release(drop=drop)
+        if not drop:
+            wait_until(lambda: apiserver.get("v1", "Node", "n1")["status"]["capacity"].get("example.com/x") == "1")
+    time.sleep(0.2)  # a dropped request would have been applied by now
+    assert apiserver.get("v1", "Node", "n1")["status"]["capacity"].get("example.com/x") == "1"
+    assert [r.status for r in apiserver.requests.matching("PATCH", path)] == [200]
+
+
+def test_a_stalled_watch_is_open_and_silent(apiserver: ApiServer, core: client.CoreV1Api) -> None:
+    from urllib3.exceptions import ReadTimeoutError
+
+    apiserver.bookmark_interval = 0.05
+    stall = apiserver.stall(verb="watch")
+    resp = core.list_namespaced_pod(
+        NS, watch=True, allow_watch_bookmarks=True, _preload_content=False, _request_timeout=(2, 0.5)
+    )
+    assert resp.status == 200
+    apiserver.put(pod("a"))
+    with pytest.raises((ReadTimeoutError, ProtocolError)):
+        resp.read()  # no event, no bookmark, no end
+    assert stall.hit.is_set()
+    resp.release_conn()
+
+
+def test_a_revoked_token_is_401(apiserver: ApiServer) -> None:
+    token = apiserver.authorize("short-lived", [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}])
+    core = client.CoreV1Api(apiserver.api_client(token))
+    core.list_node()
+    apiserver.revoke(token)
+    assert error_of(lambda: core.list_node())[0] == 401
+
+
+def test_a_restart_with_reset_resource_versions_makes_an_old_watch_too_large(
+    apiserver: ApiServer, core: client.CoreV1Api
+) -> None:
+    apiserver.too_large_wait = 0.1
+    apiserver.put(pod("a"))
+    for i in range(20):
+        apiserver.put(pod("a", labels={"v": str(i)}))
+    old = apiserver.resource_version
+    apiserver.restart(reset_resource_versions=True)
+    assert int(apiserver.resource_version) < int(old)
+    listed = core.list_namespaced_pod(NS)
+    assert int(listed.items[0].metadata.resource_version) <= int(apiserver.resource_version)
+    resp = core.list_namespaced_pod(NS, watch=True, resource_version=old, _preload_content=False)
+    event = json.loads(resp.read().decode().strip())
+    assert event["type"] == "ERROR"
+    status = event["object"]
+    assert (status["code"], status["reason"]) == (504, "Timeout")
+    assert status["message"].startswith(f"Timeout: Too large resource version: {old}, current: ")
+    assert status["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+    # A watch from a version the server reaches while it waits goes on normally.
+    apiserver.too_large_wait = 5.0
+    target = str(int(apiserver.resource_version) + 1)
+    events = watch_events(
+        apiserver, core.list_namespaced_pod, NS, resource_version=apiserver.resource_version, count=1,
+        during=lambda: apiserver.put(pod("b")),
+    )  # fmt: skip
+    assert summary(events) == [("ADDED", "b")] and events[0]["object"]["metadata"]["resourceVersion"] == target

@@ -7,7 +7,8 @@ reports what happened in the executor's vocabulary (engine.adapters.result):
   replaced by a namesake between plan and call is never the one evicted, and PodDisruptionBudgets
   are honoured. 2xx applied (plus a Warning ``Evicted`` Event on the pod carrying the rule's
   explanation, the kubelet's reason for the same act); 404 and the UID-precondition 409 vanished
-  (our pod is gone); 429 deferred (a PDB, or API throttling: ask again in a later round); anything
+  (our pod is gone); 429 deferred (a PDB, or API throttling: ask again in a later round; a throttling
+  429's ``Retry-After`` holds every eviction back, without a request, until it has passed); anything
   else failed, with the server's status, reason, message and causes.
 - **publishNodeResource**: an extended resource in ``status.capacity`` and ``status.allocatable``
   through the nodes/status subresource; a null value removes it.
@@ -35,7 +36,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from engine.adapters.result import OperationResult
-from engine.kube.apicall import SMP, consume, describe_error, parse_time, read_json, rfc3339
+from engine.kube.apicall import (
+    SMP,
+    causes_of,
+    consume,
+    describe_error,
+    parse_time,
+    read_json,
+    retry_after,
+    rfc3339,
+)
 from engine.kube.client import REQUEST_TIMEOUT
 from engine.kube.events import EventRecorder, EventType, ObjectRef
 from engine.model.operations import (
@@ -79,6 +89,7 @@ class KubeOperations:
         self.events = events
         self.node = node
         self.clock = clock
+        self.evict_not_before = 0.0  # a throttling 429 asked to wait until then (clock seconds)
 
     def handlers(self) -> dict[str, Handler]:
         """Handlers by operation kind, for ``NodeExecutor(others=...)``."""
@@ -112,6 +123,15 @@ class KubeOperations:
 
     def evict(self, op: EvictPod) -> OperationResult:
         pod = f"{op.namespace}/{op.name}"
+        wait = self.evict_not_before - self.clock()
+        if wait > 0:
+            return OperationResult(
+                op,
+                "deferred",
+                f"eviction of {pod} not asked yet: the API server is throttling evictions and asked "
+                f"to wait {wait:.1f}s more (Retry-After)",
+                0,
+            )
         body = client.V1Eviction(
             api_version="policy/v1",
             kind="Eviction",
@@ -144,9 +164,15 @@ class KubeOperations:
                     1,
                 )
             if exc.status == 429:
-                return OperationResult(
-                    op, "deferred", f"eviction of {pod} refused for now, will be asked again: {error}", 1
-                )
+                if "DisruptionBudget" in causes_of(exc):
+                    why = "a PodDisruptionBudget does not allow it now"
+                else:
+                    # API priority and fairness (or a proxy) throttling: not about this pod.
+                    seconds = retry_after(exc) or 0.0
+                    self.evict_not_before = max(self.evict_not_before, self.clock() + seconds)
+                    why = f"the API server is throttling requests (retry after {seconds:g}s)"
+                message = f"eviction of {pod} refused for now ({why}), will be asked again: {error}"
+                return OperationResult(op, "deferred", message, 1)
             return OperationResult(op, "failed", f"eviction of {pod} (UID {op.uid}) failed: {error}", 1)
         except Exception as exc:  # timeouts, refused connections, resets
             return OperationResult(

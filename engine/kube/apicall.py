@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import email.utils
 import json
+import time
 from typing import Any
 
 import urllib3
@@ -63,11 +65,50 @@ def describe_error(exc: BaseException) -> str:
 
 
 def retryable(exc: BaseException) -> bool:
-    """Server-side trouble, throttling or no answer at all: worth another try. Any other 4xx will
-    fail the same way again."""
+    """Server-side trouble, throttling, a token the server no longer takes (the next try reads the
+    rotated token file: engine.kube.client.TokenFile) or no answer at all: worth another try. Any
+    other 4xx will fail the same way again."""
     if isinstance(exc, ApiException):
-        return exc.status is None or exc.status >= 500 or exc.status == 429
+        return exc.status is None or exc.status >= 500 or exc.status in (401, 429)
     return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds the server asked the client to wait (``Retry-After``: delta-seconds or an
+    HTTP-date; else the Status's ``details.retryAfterSeconds``), None when it did not say."""
+    if not isinstance(exc, ApiException):
+        return None
+    header: Any = None
+    with contextlib.suppress(AttributeError, TypeError):
+        header = (exc.headers or {}).get("Retry-After")
+    if header:
+        text = str(header).strip()
+        try:
+            return max(0.0, float(text))
+        except ValueError:
+            with contextlib.suppress(TypeError, ValueError, IndexError):
+                when = email.utils.parsedate_to_datetime(text)
+                return max(0.0, when.timestamp() - time.time())
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        seconds = (json.loads(exc.body or "{}").get("details") or {}).get("retryAfterSeconds")
+        if seconds:
+            return max(0.0, float(seconds))
+    return None
+
+
+def causes_of(exc: BaseException) -> list[str]:
+    """The ``reason`` of each cause in an ApiException's Status (``DisruptionBudget``,
+    ``ResourceVersionTooLarge``)."""
+    if not isinstance(exc, ApiException):
+        return []
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        body = json.loads(exc.body or "{}")
+        return [
+            str(c.get("reason") or c.get("type") or "")
+            for c in (body.get("details") or {}).get("causes") or []
+            if isinstance(c, dict)
+        ]
+    return []
 
 
 def rfc3339(t: float) -> str:

@@ -11,9 +11,18 @@ This is client-go's reflector reduced to what qosd needs (ideas, not code):
   cost the API server a list per node per timeout for nothing.
 - **410 Gone relists**: the server no longer has the history since our resourceVersion (etcd
   compaction). It comes as an ERROR event inside an established stream, or as an HTTP 410.
+- **A resourceVersion the server has not reached relists** too: after an API server comes back
+  from an etcd restore or rebuild, revisions start lower, and a watch from ours would wait for a
+  revision that never comes: the watch cache answers "Too large resource version" (504, cause
+  ResourceVersionTooLarge) after waiting for it, and that answer relists at once, since backing off
+  and asking again from the same resourceVersion would never succeed.
+- **A watch that says nothing for ``idle_timeout``** (no event and no bookmark: the API server sends
+  bookmarks about every minute) is presumed dead (a proxy holding a half-open connection, a wedged
+  watch cache) and relisted; the read timeout on the stream is that bound.
 - **Every other failure backs off** (``engine.kube.client.Backoff``: exponential, jittered, reset by
-  the next success), and no exception ever leaves the thread: a reflector that dies silently leaves
-  the daemon acting on a frozen view.
+  the next success, and never shorter than a 429's or 503's ``Retry-After``), and no exception ever
+  leaves the thread: a reflector that dies silently leaves the daemon acting on a frozen view.
+  ``problem()`` says, for readiness, what is failing and why (403: which verb on which resource).
 
 ``kubernetes.watch.Watch`` (v37) has two behaviours worth knowing. Without ``timeout_seconds`` it
 re-issues the watch by itself once after a 410 and after a stream ends, from a resourceVersion it
@@ -47,7 +56,7 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from engine.kube.apicall import describe_error, read_json
+from engine.kube.apicall import causes_of, describe_error, read_json, retry_after
 from engine.kube.client import REQUEST_TIMEOUT, WATCH_TIMEOUT_SECONDS, Backoff
 
 log = logging.getLogger("qosd")
@@ -115,11 +124,23 @@ class ReflectorStats:
     events: int = 0
     bookmarks: int = 0
     stale_events: int = 0
+    relists_reset: int = 0
+    idle_timeouts: int = 0
     last_error: str = ""
 
 
 class _Stopped(Exception):
     """The reflector is stopping: unwind the thread."""
+
+
+def too_large_resource_version(exc: ApiException) -> bool:
+    """The watch cache's "Too large resource version" (504 Timeout, cause ResourceVersionTooLarge):
+    our resourceVersion is ahead of the server's. Inside a watch stream the client keeps only the
+    code and "reason: message", so the text is checked as well as the causes."""
+    if exc.status != 504:
+        return False
+    text = f"{exc.reason or ''} {exc.body or ''}"
+    return "ResourceVersionTooLarge" in causes_of(exc) or "Too large resource version" in text
 
 
 class _PlainWatch(kwatch.Watch):  # type: ignore[misc]  # kubernetes is untyped (Any)
@@ -181,6 +202,7 @@ class Reflector:
         clock: Callable[[], float] = time.monotonic,
         page_size: int = PAGE_SIZE,
         request_timeout: tuple[float, float] = REQUEST_TIMEOUT,
+        idle_timeout: float | None = None,
     ) -> None:
         if timeout_seconds <= 0:
             # Without a server-side timeout the client's Watch retries by itself (see the module
@@ -202,7 +224,12 @@ class Reflector:
         self._request_timeout = request_timeout
         # A watch is expected to end by the server's timeout; a read blocked past it (plus the
         # usual read timeout) means the connection died without a FIN (a NAT or node reboot).
-        self._watch_request_timeout = (request_timeout[0], float(timeout_seconds) + request_timeout[1])
+        # Bookmarks make a shorter bound safe (``idle_timeout``).
+        default_idle = float(timeout_seconds) + request_timeout[1]
+        self.idle_timeout = default_idle if idle_timeout is None else idle_timeout
+        if self.idle_timeout <= 0:
+            raise ValueError(f"reflector {name}: idle_timeout must be a positive number of seconds")
+        self._watch_request_timeout = (request_timeout[0], self.idle_timeout)
         self._state = StoreView(0, MappingProxyType({}), "")
         self._stats = ReflectorStats()
         self._synced = threading.Event()
@@ -261,6 +288,17 @@ class Reflector:
             return self._clock()
         return self._fresh
 
+    def problem(self) -> str | None:
+        """None while the list+watch works; else, for readiness and on-call, what fails and why
+        ("pods: list failing (3 attempts): HTTP 403 Forbidden: pods is forbidden: ...")."""
+        if self._healthy:
+            return None
+        error = self._stats.last_error
+        if not error:
+            return None if self.synced else f"{self.name}: waiting for the first list"
+        held = "no objects yet" if not self.synced else "acting on the last objects seen"
+        return f"{self.name} {error} ({self._failures} failed attempts in a row; {held})"
+
     # ------------------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
@@ -309,7 +347,7 @@ class Reflector:
                 # object, a bug in a key function) may have left an event half-applied: relist.
                 self._failed("list" if need_list else "watch", exc)
                 need_list = True
-                if self._backoff.sleep(self._stopping):
+                if self._backoff.sleep(self._stopping, retry_after(exc)):
                     return
 
     def _list(self) -> None:
@@ -407,6 +445,8 @@ class Reflector:
         except ApiException as exc:
             if self._stopping.is_set():
                 raise _Stopped from None
+            if too_large_resource_version(exc):
+                return self._reset(describe_error(exc))
             if exc.status == 410:
                 self._stats.relists_410 += 1
                 # Expired again straight after a fresh list: something is wrong on the server
@@ -428,7 +468,7 @@ class Reflector:
                 return True
             self._expired_in_a_row = False
             self._failed("watch", exc)
-            if self._backoff.sleep(self._stopping):
+            if self._backoff.sleep(self._stopping, retry_after(exc)):
                 raise _Stopped from None
             return False
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -439,6 +479,19 @@ class Reflector:
                 if self._backoff.sleep(self._stopping):
                     raise _Stopped from None
                 return False
+            if _is_read_timeout(exc):
+                self._stats.idle_timeouts += 1
+                log.warning(
+                    "watch silent for too long (no event, no bookmark); relisting",
+                    extra={
+                        "fields": {
+                            "reflector": self.name,
+                            "idleTimeoutSeconds": self.idle_timeout,
+                            "resourceVersion": self.resource_version,
+                        }
+                    },
+                )
+                return True
             log.debug(
                 "watch stream broke; resuming from the last resourceVersion",
                 extra={"fields": {"reflector": self.name, "error": describe_error(exc)}},
@@ -460,6 +513,18 @@ class Reflector:
         else:
             self._recovered()
         return False
+
+    def _reset(self, why: str) -> bool:
+        """Our resourceVersion is ahead of the server's history: relist (True for the caller)."""
+        self._stats.relists_reset += 1
+        log.warning(
+            "the API server's resourceVersions are behind ours (restarted from a restored or new "
+            "etcd?); relisting",
+            extra={
+                "fields": {"reflector": self.name, "resourceVersion": self.resource_version, "error": why}
+            },
+        )
+        return True
 
     # ------------------------------------------------------------------------------ the store
 
@@ -557,14 +622,30 @@ class Reflector:
         self._stats.errors += 1
         self._failures += 1
         message = describe_error(exc)
+        if isinstance(exc, ApiException) and exc.status == 404:
+            message += " — the resource is not served: is its CustomResourceDefinition installed?"
         self._stats.last_error = f"{what}: {message}"
         unexpected = not isinstance(exc, ApiException | urllib3.exceptions.HTTPError | OSError)
         log.log(
             logging.ERROR if unexpected else logging.WARNING,
-            f"{what} failed; retrying with backoff",
+            f"{what} {self.name} failed; retrying with backoff",
             exc_info=exc if unexpected else None,
-            extra={"fields": {"reflector": self.name, "error": message, "failures": self._failures}},
+            extra={
+                "fields": {
+                    "reflector": self.name,
+                    "verb": what,
+                    "resource": self.name,
+                    "status": getattr(exc, "status", None),
+                    "error": message,
+                    "failures": self._failures,
+                }
+            },
         )
+
+
+def _is_read_timeout(exc: BaseException) -> bool:
+    """A read on an open stream timed out (urllib3 raises ReadTimeoutError from the socket's)."""
+    return isinstance(exc, urllib3.exceptions.ReadTimeoutError) or isinstance(exc.__cause__, TimeoutError)
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -55,6 +55,11 @@ T = TypeVar("T")
 MAX_PROBLEMS = 20  # per status object; full detail is in the daemon's log and Events
 MAX_RECENT_ERRORS = 10  # QoSPolicy.status.nodes.recentErrors (schema maxItems)
 MESSAGE_LIMIT = 4000
+# The policy-status Lease: duration, renew deadline, retry period (seconds; client-go's defaults
+# for controllers). A leader that cannot renew within the deadline stops writing; a standby takes
+# over once the duration has passed since the last renewal it saw.
+LEASE_TIMING = (15, 10, 2)
+STATUS_RETRY = (0.5, 30.0)  # seconds: first and longest wait between retries of a status write
 
 
 def _clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
@@ -81,7 +86,7 @@ class LatestWriter(Generic[T]):
     def __init__(self, name: str, write: Callable[[T], None], backoff: Backoff | None = None) -> None:
         self.name = name
         self.write = write
-        self.backoff = backoff or Backoff(base=0.5, cap=30.0)
+        self.backoff = backoff or Backoff(base=STATUS_RETRY[0], cap=STATUS_RETRY[1])
         self.failures = 0
         self._cv = threading.Condition()
         self._value: T | None = None
@@ -490,9 +495,7 @@ class PolicyStatusController:
         *,
         namespace: str,
         identity: str,
-        lease_seconds: int = 15,
-        renew_seconds: int = 10,
-        retry_seconds: int = 2,
+        lease: tuple[int, int, int] | None = None,
         resync_seconds: float = 60.0,
     ) -> None:
         self.api_client = api_client
@@ -500,7 +503,7 @@ class PolicyStatusController:
         self.make_reflector = node_statuses  # on_change -> a started reflector of QoSNodeStatus
         self.namespace = namespace
         self.identity = identity
-        self.lease = (lease_seconds, renew_seconds, retry_seconds)
+        self.lease = lease or LEASE_TIMING
         self.resync_seconds = resync_seconds
         self.leading = threading.Event()
         self.synced = threading.Event()  # set after each completed sync (tests)
@@ -586,7 +589,7 @@ class PolicyStatusController:
     # -- the loop
 
     def _loop(self) -> None:
-        backoff = Backoff(base=0.5, cap=30.0)
+        backoff = Backoff(base=STATUS_RETRY[0], cap=STATUS_RETRY[1])
         while not self._stop.is_set():
             self._dirty.wait(self.resync_seconds)
             if self._stop.is_set():

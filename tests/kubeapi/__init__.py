@@ -14,7 +14,11 @@ Interface (shared with the other test modules)::
     server.install_crd(crd)                    # serve a CRD's resources (validation + pruning)
     server.compact()                           # older resourceVersions now get 410 Expired
     server.drop_watches()                      # cut every watch stream abruptly
-    server.fail_next(count, status, method=None, path=None)
+    server.fail_next(count, status, method=None, path=None, verb=None, retry_after=None)
+    server.stall(method=None, path=None, verb=None, count=1) -> Stall   # hold requests (hit, release)
+    server.revoke(token)                       # 401 for that token from now on
+    server.restart(reset_resource_versions=False)  # cut every connection; optionally a new RV counter
+    server.too_large_wait                      # seconds a watch from a future resourceVersion waits
     server.requests                            # LoggedRequest(method, path, query, status, body (text), json, verb)
     server.bookmark_interval                   # seconds between BOOKMARKs (allowWatchBookmarks=true)
     server.pod_termination_delay               # seconds a deleted/evicted bound pod stays terminating
@@ -33,6 +37,6 @@ creates the namespace.
 """
 
 from tests.kubeapi.errors import ApiError
-from tests.kubeapi.server import ApiServer, LoggedRequest, RequestLog
+from tests.kubeapi.server import ApiServer, LoggedRequest, RequestLog, Stall
 
-__all__ = ["ApiError", "ApiServer", "LoggedRequest", "RequestLog"]
+__all__ = ["ApiError", "ApiServer", "LoggedRequest", "RequestLog", "Stall"]

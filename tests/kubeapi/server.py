@@ -142,6 +142,42 @@ class _Failure:
     status: int
     method: str | None
     path: re.Pattern[str] | None
+    verb: str | None = None
+    retry_after: int | None = None
+
+    def matches(self, method: str, path: str, verb: str) -> bool:
+        return (
+            self.method in (None, method)
+            and (self.path is None or bool(self.path.search(path)))
+            and self.verb in (None, verb)
+        )
+
+
+class Stall:
+    """Requests held by ``ApiServer.stall``: ``hit`` is set once one is held, ``held`` counts them.
+    A held watch has its 200 and headers sent and then nothing at all (no event, no bookmark) until
+    released or the client goes away; any other request waits unanswered. ``release()`` lets the
+    held requests proceed as if they had just arrived (a write the client gave up on still happens,
+    as on a real server); ``release(drop=True)`` cuts their connections unanswered."""
+
+    def __init__(self, remaining: int, method: str | None, path: re.Pattern[str] | None, verb: str | None) -> None:
+        self.remaining = remaining
+        self.rule = _Failure(remaining, 0, method, path, verb)
+        self.hit = threading.Event()
+        self.held = 0
+        self.drop = False
+        self._released = threading.Event()
+
+    def release(self, drop: bool = False) -> None:
+        self.drop = drop
+        self._released.set()
+
+    @property
+    def released(self) -> bool:
+        return self._released.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._released.wait(timeout)
 
 
 @dataclass(eq=False)
@@ -285,7 +321,11 @@ class ApiServer:
         self.requests = RequestLog()
         self._identities: dict[str, Identity] = {self.token: Identity(ADMIN_USER)}
         self._failures: list[_Failure] = []
+        self._stalls: list[Stall] = []
         self._failures_lock = threading.Lock()
+        # How long a watch from a resourceVersion the server has not reached yet waits for it before
+        # the watch cache answers "Too large resource version" (the API server's 3 s).
+        self.too_large_wait = 3.0
         self._streams: set[_Stream] = set()
         self._streams_lock = threading.Lock()
         self._timers = _Timers()
@@ -319,6 +359,10 @@ class ApiServer:
         connection thread and cancel pending timers."""
         if self._httpd is None:
             return
+        with self._failures_lock:
+            stalls, self._stalls = self._stalls, []
+        for stall in stalls:
+            stall.release(drop=True)
         self._timers.cancel_all()
         self.store.close_watchers()
         deadline = time.monotonic() + 2.0
@@ -451,15 +495,60 @@ class ApiServer:
         with self._streams_lock:
             return len(self._streams)
 
-    def fail_next(self, count: int, status: int, method: str | None = None, path: str | None = None) -> None:
-        """Answer the next ``count`` requests matching ``method`` and the regex ``path`` (searched in the
-        URL path) with a Status error of code ``status``."""
+    def fail_next(
+        self,
+        count: int,
+        status: int,
+        method: str | None = None,
+        path: str | None = None,
+        *,
+        verb: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer the next ``count`` requests matching ``method``, the regex ``path`` (searched in the
+        URL path) and the authorizer's ``verb`` (``list`` and ``watch`` share a path) with a Status
+        error of code ``status``. ``retry_after``: the seconds of a ``Retry-After`` header and of
+        ``details.retryAfterSeconds`` (default 1 for 429 and 503, as the API server's priority and
+        fairness and its 503s send; 0 for none)."""
         with self._failures_lock:
             self._failures.append(
                 _Failure(
-                    count, status, method.upper() if method else None, re.compile(path) if path else None
+                    count,
+                    status,
+                    method.upper() if method else None,
+                    re.compile(path) if path else None,
+                    verb,
+                    retry_after,
                 )
             )
+
+    def stall(
+        self, method: str | None = None, path: str | None = None, *, verb: str | None = None, count: int = 1
+    ) -> Stall:
+        """Hold the next ``count`` matching requests (see ``Stall``): a watch that stays open and
+        says nothing, a write that hangs until the client times out, an eviction in flight while the
+        test kills its client."""
+        stall = Stall(count, method.upper() if method else None, re.compile(path) if path else None, verb)
+        with self._failures_lock:
+            self._stalls.append(stall)
+        return stall
+
+    def revoke(self, token: str) -> None:
+        """Stop accepting ``token`` (401 from now on), as after a service-account token expired or
+        its pod was deleted."""
+        self._identities.pop(token, None)
+
+    def restart(self, reset_resource_versions: bool = False) -> None:
+        """An API server restart as clients see it: every connection is cut (watches without their
+        terminating chunk). With ``reset_resource_versions`` the storage comes back with a new
+        revision counter (etcd restored from a backup, or rebuilt): every object gets a new, lower
+        resourceVersion and the history is gone, so a client's last resourceVersion is now one the
+        server has not reached."""
+        self.drop_watches()
+        if self._httpd is not None:
+            self._httpd.cut_connections()
+        if reset_resource_versions:
+            self.store.reset_resource_versions()
 
     @property
     def pod_termination_delay(self) -> float:
@@ -502,6 +591,9 @@ class ApiServer:
             req.identity = self._authenticate(handler)
             authorize(req.identity, req.info)
             self._inject_failure(req)
+            stall = self._take_stall(req)
+            if stall is not None and not self._hold(req, stall):
+                return
             if isinstance(body, str) and method in ("POST", "PUT", "PATCH"):
                 raise E.bad_request(f"the body of the request could not be decoded as JSON: {body[:100]!r}")
             if not req.info.resource_request:
@@ -534,16 +626,17 @@ class ApiServer:
     def _inject_failure(self, req: _Request) -> None:
         with self._failures_lock:
             for failure in self._failures:
-                if failure.method not in (None, req.method):
-                    continue
-                if failure.path is not None and not failure.path.search(req.path):
+                if not failure.matches(req.method, req.path, req.info.verb):
                     continue
                 failure.remaining -= 1
                 if failure.remaining <= 0:
                     self._failures.remove(failure)
                 reason = E.REASON_FOR_CODE.get(failure.status, "")
-                headers = {"Retry-After": "1"} if failure.status in (429, 503) else {}
-                details: Json = {"retryAfterSeconds": 1} if headers else {}
+                seconds = failure.retry_after
+                if seconds is None:
+                    seconds = 1 if failure.status in (429, 503) else 0
+                headers = {"Retry-After": str(seconds)} if seconds else {}
+                details: Json = {"retryAfterSeconds": seconds} if seconds else {}
                 raise ApiError(
                     failure.status,
                     reason,
@@ -551,6 +644,38 @@ class ApiServer:
                     details or None,
                     headers,
                 )
+
+    def _take_stall(self, req: _Request) -> Stall | None:
+        with self._failures_lock:
+            for stall in self._stalls:
+                if stall.rule.matches(req.method, req.path, req.info.verb):
+                    stall.remaining -= 1
+                    if stall.remaining <= 0:
+                        self._stalls.remove(stall)
+                    stall.held += 1
+                    return stall
+        return None
+
+    def _hold(self, req: _Request, stall: Stall) -> bool:
+        """Hold a request; True when it is to be processed now, False when it was answered (a silent
+        watch ended) or its connection cut."""
+        handler = req.handler
+        if req.info.verb == "watch":
+            self._start_stream(req)
+            stall.hit.set()
+            while not stall.wait(0.05):
+                if _peer_closed(handler.connection):
+                    break
+            handler.close_connection = True
+            return False
+        stall.hit.set()
+        stall.wait(60.0)
+        if stall.drop or not stall.released:
+            handler.close_connection = True
+            with contextlib.suppress(OSError):
+                handler.connection.shutdown(socket.SHUT_RDWR)
+            return False
+        return True
 
     def _respond(
         self, req: _Request, code: int, payload: Json, headers: dict[str, str] | None = None
@@ -797,6 +922,24 @@ class ApiServer:
             except ValueError:
                 raise E.bad_request(f"invalid resource version: {rv!r}") from None
         handler = req.handler
+        if since is not None and not self.store.wait_for(since, self.too_large_wait):
+            # The watch cache waited for a revision it has not seen (a client ahead of a restored
+            # etcd) and gives up: an ERROR event, as for every error found after the request was
+            # admitted (cacher.Watch -> newErrWatcher).
+            self._start_stream(req)
+            current = self.store.resource_version
+            status = ApiError(
+                504,
+                "Timeout",
+                f"Timeout: Too large resource version: {since}, current: {current}",
+                {
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                },
+            ).status()
+            self._send_event(handler, {"type": "ERROR", "object": status})
+            self._end_stream(handler)
+            return
         try:
             initial, backlog, watcher, start_rv = self.store.watch(rt.bucket, since)
         except TooOld as err:
@@ -865,6 +1008,9 @@ class ApiServer:
             except queue.Empty:
                 if _peer_closed(stream.sock):
                     raise _Abort from None
+                if not rt.builtin and self.registry.lookup(rt.group, rt.version, rt.plural) is not rt:
+                    self._end_stream(handler)  # its CRD was deleted: the resource is no longer served
+                    return
                 continue
             if change is None:
                 if stream.dropped:

@@ -77,6 +77,7 @@ class Store:
 
     def __init__(self, history_limit: int = 100_000) -> None:
         self.lock = threading.RLock()
+        self._reached = threading.Condition(self.lock)
         self.history_limit = history_limit
         self._rv = 1
         self._floor = 1
@@ -150,6 +151,7 @@ class Store:
             for watcher in list(self._watchers):
                 if watcher.storage == storage:
                     watcher.push(change)
+            self._reached.notify_all()
             return copy.deepcopy(stored)
 
     def watch(self, storage: str, since: int | None) -> tuple[list[Json], list[Change], Watcher, int]:
@@ -184,6 +186,28 @@ class Store:
         with self.lock:
             for watcher in self._watchers:
                 watcher.close()
+
+    def wait_for(self, rv: int, timeout: float) -> bool:
+        """Whether the store has reached resourceVersion ``rv``, waiting up to ``timeout`` seconds
+        for writes to get there (the watch cache's waitUntilFreshAndBlock)."""
+        with self._reached:
+            return self._reached.wait_for(lambda: self._rv >= rv, timeout)
+
+    def reset_resource_versions(self) -> None:
+        """Storage rebuilt with a new revision counter: every object is stored again, in key order,
+        under resourceVersions counted from 1; the history is gone. Watchers must have been closed."""
+        with self.lock:
+            rv = 1
+            for storage in sorted(self._objects):
+                bucket = self._objects[storage]
+                for key in sorted(bucket):
+                    rv += 1
+                    obj = copy.deepcopy(bucket[key])
+                    obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
+                    bucket[key] = obj
+            self._rv = rv
+            self._history.clear()
+            self._floor = rv
 
     def compact(self) -> None:
         """Forget the history: from now on only the current resourceVersion (or newer) can be resumed."""
