@@ -24,11 +24,14 @@ long-running process needs around it:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -196,6 +199,11 @@ class Metrics:
         self.last_tick = Gauge(
             "qosd_last_tick_timestamp_seconds", "When the last tick completed.", registry=r
         )
+        self.audit_failures = Counter(
+            "qosd_audit_write_failures_total",
+            "Audit log records lost because the write failed (full disk, read-only file system...).",
+            registry=r,
+        )
 
 
 # ---------------------------------------------------------------- state and audit files
@@ -295,6 +303,91 @@ def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> di
     return doc
 
 
+AUDIT_REPORT_SECONDS = 60.0  # a failing audit log is logged at most this often
+
+
+def append_record(path: Path, data: bytes) -> None:
+    """Append one whole line in one write(2). A failed or short write is undone (the file is cut back
+    to its previous size) so that ``qosd explain`` never meets half a record; OSError says why."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        st = os.fstat(fd)
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
+        except OSError:
+            if stat.S_ISREG(st.st_mode):
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, st.st_size)
+            raise
+    finally:
+        os.close(fd)
+
+
+class AuditLog:
+    """The ``--audit-log`` file, and what went wrong writing it.
+
+    A record that cannot be written (a full disk, a read-only remount, a removed directory) is lost
+    and counted (``qosd_audit_write_failures_total``), ``/readyz`` says why until a write succeeds
+    again, and the log says so at the first failure and then at most every AUDIT_REPORT_SECONDS.
+    The tick is not failed: the operations were applied, only their record is missing, and
+    stopping enforcement because of a full disk would be the worse outcome."""
+
+    def __init__(self, path: Path, failures: Counter, clock: Callable[[], float] = time.monotonic):
+        self.path = path
+        self.failures = failures
+        self.clock = clock
+        self.error: str | None = None  # why the last write failed; None once one succeeds
+        self.lost = 0  # records lost since the last successful write
+        self._reported_at: float | None = None
+        self._unreported = 0
+
+    def append(self, record: Mapping[str, Any]) -> bool:
+        try:
+            append_record(self.path, (json.dumps(record, default=str) + "\n").encode("utf-8"))
+        except Exception as exc:
+            self.failed(exc)
+            return False
+        if self.error is not None:
+            log.info(
+                "audit log writable again",
+                extra={"fields": {"path": str(self.path), "recordsLost": self.lost}},
+            )
+        self.error, self.lost, self._reported_at, self._unreported = None, 0, None, 0
+        return True
+
+    def failed(self, exc: Exception) -> None:
+        """One record lost to ``exc``: count it, and log it unless the last report was recent."""
+        if isinstance(exc, OSError) and exc.errno is not None:
+            why = f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)})"
+        else:
+            why = f"{type(exc).__name__}: {exc}"
+        self.error = why
+        self.lost += 1
+        self._unreported += 1
+        self.failures.inc()
+        now = self.clock()
+        if self._reported_at is not None and now - self._reported_at < AUDIT_REPORT_SECONDS:
+            return
+        log.warning(
+            "audit record lost: writing the audit log failed; enforcement continues "
+            f"(reported at most every {AUDIT_REPORT_SECONDS:g}s)",
+            exc_info=None if isinstance(exc, OSError) else exc,  # anything else is a bug: show where
+            extra={
+                "fields": {
+                    "path": str(self.path),
+                    "error": why,
+                    "recordsLost": self._unreported,
+                }
+            },
+        )
+        self._reported_at, self._unreported = now, 0
+
+    def describe(self) -> str:
+        return f"audit log {self.path} failing: {self.error}; {self.lost} record(s) lost since the last good write"
+
+
 # ---------------------------------------------------------------- JSON logs
 
 
@@ -369,6 +462,7 @@ class Daemon:
         self.ticks = 0
         self.last_tick_at: float | None = None
         self.last_error: str | None = None
+        self.audit = AuditLog(config.audit_log, self.metrics.audit_failures) if config.audit_log else None
         self._server: ThreadingHTTPServer | None = None
 
     def _reloaded(self, source: str, result: str) -> None:
@@ -410,9 +504,11 @@ class Daemon:
                 save_state(self.config.state_file, result.state, engine.generation, snap.time)
             outcomes = self.executor.apply(result.plan.operations)
             self.state = _unrecord_refused(result.state, outcomes)
-            self.source.applied(result, outcomes)
-            self._account(result, outcomes, engine)
-            self._audit(result, outcomes)
+            try:
+                self.source.applied(result, outcomes)
+                self._account(result, outcomes, engine)
+            finally:
+                self._audit(result, outcomes)  # the record of what was applied, whatever follows
             self.metrics.ticks.labels("ok").inc()
             self.last_error = None
             return result
@@ -441,13 +537,16 @@ class Daemon:
             self.metrics.held.labels(held.intent.provenance.rule).inc()
 
     def _audit(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
-        if self.config.audit_log is None:
+        """Append the tick's record; a failure is the audit log's (counted, reported), not the tick's."""
+        if self.audit is None:
             return
-        record = audit_record(result, outcomes)
-        if record is None:
+        try:
+            record = audit_record(result, outcomes)
+        except Exception as exc:  # a bug building the record: lose it, keep enforcing
+            self.audit.failed(exc)
             return
-        with open(self.config.audit_log, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, default=str) + "\n")
+        if record is not None:
+            self.audit.append(record)
 
     # -- the loop
 
@@ -533,6 +632,9 @@ class Daemon:
             return False, self.reloader.last_error or "no policy generation loaded yet"
         if self.ticks == 0:
             return False, "no tick completed yet"
+        if self.audit is not None and self.audit.error is not None:
+            # Enforcement goes on; readiness says the record of it does not.
+            return False, self.audit.describe()
         return True, f"generation {self.reloader.generation}"
 
     def serve(self, listen: str) -> tuple[str, int]:
