@@ -19,7 +19,7 @@ from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels, validate
 from engine.config.schema_check import schema_problems
 from engine.evaluate.engine import Engine
-from engine.evaluate.state import EngineState
+from engine.evaluate.state import CorruptState, EngineState, state_from_json
 from engine.model.factnames import registry
 from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
 from engine.output import format_table
@@ -128,7 +128,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     snapshot = load_snapshot(args.facts)
     node = snapshot.node.with_labels({PROFILE_LABEL: args.profile}) if args.profile else snapshot.node
     policy = build_policy(load_documents(args.rules, builtin=not args.no_builtin), node)
-    state = EngineState.from_dict(json.loads(args.state.read_text())) if args.state else EngineState()
+    state = _eval_state(args.state) if args.state else EngineState()
     engine = Engine(policy, backend=args.backend)
     try:
         result = run_tick(
@@ -152,6 +152,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_table(result))
     return EXIT_OK
+
+
+def _eval_state(path: Path) -> EngineState:
+    try:
+        return state_from_json(path.read_bytes())
+    except OSError as exc:
+        raise UsageError(f"--state {path}: {exc.strerror}") from None
+    except CorruptState as exc:
+        raise UsageError(f"--state {path}: not an engine state (schemas/state.schema.json): {exc}") from None
 
 
 def cmd_crd(args: argparse.Namespace) -> int:

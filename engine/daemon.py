@@ -53,14 +53,14 @@ from prometheus_client import (
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
-from engine.adapters.fsio import open_nofollow
+from engine.adapters.fsio import errno_name, open_nofollow
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, node_labels
 from engine.evaluate.engine import Engine
-from engine.evaluate.state import EngineState
+from engine.evaluate.state import MAX_STATE_BYTES, CorruptState, EngineState, state_from_json
 from engine.model.facts import Snapshot
 from engine.model.intents import CgroupIntent
 from engine.model.operations import EvictPod, Operation, WriteCgroup
@@ -210,16 +210,43 @@ class Metrics:
 
 
 def load_state(path: Path | None) -> EngineState:
-    """The state a previous run left, or a fresh one (a damaged file is reported, not fatal)."""
-    if path is None or not path.exists():
+    """The state a previous run left, or a fresh one. Never raises: a daemon that cannot start
+    because of its own state file would crash-loop in a DaemonSet and never repair it.
+
+    A file that is not a state qosd wrote (wrong shape, truncated, garbage; schemas/state.schema.json)
+    is moved aside to ``<file>.corrupt`` for a post-mortem, with a warning, and the run starts with
+    empty timers and no eviction records (a pod can still not be evicted twice: each eviction
+    carries the pod's UID). A file that cannot be read at all (permissions) is left where it is."""
+    if path is None:
         return EngineState()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return EngineState.from_dict(data.get("state", data))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        return EngineState()
+    except OSError as exc:
         log.warning(
             "state file unreadable; starting with empty timers and no eviction records",
-            extra={"fields": {"path": str(path), "error": str(exc)}},
+            extra={"fields": {"path": str(path), "error": f"{exc.strerror} ({errno_name(exc)})"}},
+        )
+        return EngineState()
+    try:
+        return state_from_json(data)
+    except CorruptState as exc:
+        aside = path.with_name(path.name + ".corrupt")
+        try:
+            os.replace(path, aside)
+            moved: str | None = str(aside)
+        except OSError as move:
+            moved = None
+            log.warning(
+                "could not move the corrupt state file aside; the next tick's save replaces it",
+                extra={"fields": {"path": str(path), "error": f"{move.strerror} ({errno_name(move)})"}},
+            )
+        log.warning(
+            "state file is not a state qosd wrote; moved aside, starting with empty timers and no "
+            "eviction records",
+            extra={"fields": {"path": str(path), "movedTo": moved, "error": str(exc)}},
         )
         return EngineState()
 
@@ -360,7 +387,7 @@ class AuditLog:
     def failed(self, exc: Exception) -> None:
         """One record lost to ``exc``: count it, and log it unless the last report was recent."""
         if isinstance(exc, OSError) and exc.errno is not None:
-            why = f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno, exc.errno)})"
+            why = f"{exc.strerror or exc} ({errno_name(exc)})"
         else:
             why = f"{type(exc).__name__}: {exc}"
         self.error = why
