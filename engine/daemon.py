@@ -54,9 +54,11 @@ from prometheus_client import (
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
 from engine.adapters.fsio import errno_name, open_nofollow
+from engine.adapters.mounts import CgroupUnavailable
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
+from engine.argtypes import cgroup_pattern, duration, integer, listen_address
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, node_labels
 from engine.evaluate.engine import Engine
@@ -64,12 +66,11 @@ from engine.evaluate.state import MAX_STATE_BYTES, CorruptState, EngineState, st
 from engine.model.facts import Snapshot
 from engine.model.intents import CgroupIntent
 from engine.model.operations import EvictPod, Operation, WriteCgroup
-from engine.model.units import parse_duration
 from engine.plan.planner import Guards
 from engine.reload import PolicyLayer, ReloadConfig, Reloader
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import PinnedReader
-from engine.sources.standalone import standalone_collector
+from engine.sources.standalone import PatternError, standalone_collector
 from engine.tick import TickResult, plan_tick, run_tick
 
 API_VERSION = "qosd.io/v1alpha1"
@@ -412,7 +413,10 @@ class AuditLog:
         self._reported_at, self._unreported = now, 0
 
     def describe(self) -> str:
-        return f"audit log {self.path} failing: {self.error}; {self.lost} record(s) lost since the last good write"
+        return (
+            f"audit log {self.path} failing: {self.error}; "
+            f"{self.lost} record(s) lost since the last good write"
+        )
 
 
 # ---------------------------------------------------------------- JSON logs
@@ -689,7 +693,13 @@ class Daemon:
             def log_message(self, format: str, *args: Any) -> None:
                 return  # scrapes every few seconds would drown the JSON log
 
-        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
+        except (OSError, OverflowError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(
+                f"--listen {listen}: cannot serve /metrics, /healthz and /readyz there: {why}"
+            ) from None
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="qosd-http", daemon=True).start()
         bound = self._server.server_address
@@ -761,13 +771,14 @@ class CollectorSource:
 def _common(
     args: argparse.Namespace, adapter: CgroupAdapter | None = None
 ) -> tuple[float, dict[str, str], CgroupAdapter]:
-    interval = parse_duration(args.interval)
-    if interval <= 0:
-        raise UsageError(f"--interval {args.interval}: must be longer than 0")
+    interval: float = args.interval  # parsed and bounded by argparse (engine.argtypes)
     labels = node_labels(args.label, args.profile)
     if adapter is None:
-        # Observed files stay open between ticks (one pread each); see engine/sources/files.py.
-        adapter = CgroupAdapter.detect(args.cgroup_root, observe_reader=PinnedReader(open_nofollow))
+        try:
+            # Observed files stay open between ticks (one pread each); see engine/sources/files.py.
+            adapter = CgroupAdapter.detect(args.cgroup_root, observe_reader=PinnedReader(open_nofollow))
+        except (CgroupUnavailable, OSError) as exc:
+            raise UsageError(f"--cgroup-root {args.cgroup_root}: {exc}") from None
     return interval, labels, adapter
 
 
@@ -784,10 +795,10 @@ def _config(
         eviction_burst=args.eviction_burst,
         backend=args.backend,
         state_file=_state_file(args.state_file),
-        audit_log=args.audit_log,
+        audit_log=_audit_file(args.audit_log),
         listen=args.listen or None,
         stat_files=not watch,
-        sync_timeout=parse_duration(args.sync_timeout),
+        sync_timeout=args.sync_timeout,
     )
 
 
@@ -798,7 +809,7 @@ def _file_watcher(args: argparse.Namespace, daemon: Daemon) -> None:
     def changed(reason: str) -> None:
         daemon.reloader.request("file")
 
-    watcher = RuleFileWatcher(list(args.rules), changed, debounce=parse_duration(args.reload_debounce))
+    watcher = RuleFileWatcher(list(args.rules), changed, debounce=args.reload_debounce)
     daemon.services.append(watcher)
 
 
@@ -811,13 +822,18 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     interval, labels, adapter = _common(args)
     if args.workloads is not None and not args.workloads.is_file():
         raise UsageError(f"--workloads {args.workloads}: no such file")
-    collector = standalone_collector(
-        args.cgroup_root,
-        args.workloads,
-        args.root or None,
-        options=daemon_options(interval),
-        observe=adapter.observe,
-    )
+    try:
+        collector = standalone_collector(
+            args.cgroup_root,
+            args.workloads,
+            args.root or None,
+            options=daemon_options(interval),
+            observe=adapter.observe,
+        )
+    except PatternError as exc:
+        raise UsageError(f"--root: {exc}") from None
+    except (CgroupUnavailable, OSError) as exc:
+        raise UsageError(f"--cgroup-root {args.cgroup_root}: {exc}") from None
     executor: Executor
     if args.dry_run:
         executor = RecordingExecutor()
@@ -861,10 +877,16 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
     interval, labels, adapter = _common(args, adapter)
     try:
         api = load_api_client(args.kubeconfig)
-    except (ConfigException, OSError) as exc:
+    except Exception as exc:
+        # The client's loader reports a malformed file with whatever its parsing hit (ConfigException,
+        # TypeError for a file that is not a mapping, YAML errors): all mean "not a usable kubeconfig".
         where = f"--kubeconfig {args.kubeconfig}" if args.kubeconfig else "in-cluster / $KUBECONFIG"
-        raise UsageError(f"cannot configure the Kubernetes client ({where}): {exc}") from exc
-    fs = CgroupFS.detect(args.cgroup_root)
+        why = str(exc) if isinstance(exc, ConfigException | OSError) else f"{type(exc).__name__}: {exc}"
+        raise UsageError(f"cannot configure the Kubernetes client ({where}): {why}") from None
+    try:
+        fs = CgroupFS.detect(args.cgroup_root)
+    except (CgroupUnavailable, OSError) as exc:
+        raise UsageError(f"--cgroup-root {args.cgroup_root}: {exc}") from None
     driver = args.cgroup_driver
     if driver == "auto":
         driver = detect_driver(fs.dir("", "cpu").rstrip("/")) or "systemd"
@@ -964,10 +986,43 @@ def _standalone_refusal(op: Operation) -> OperationResult:
 
 
 def _state_file(path: Path | None) -> Path | None:
+    """--state-file: a regular file (or none yet) in a directory qosd can write, created if missing.
+    The file is replaced atomically each tick, so anything else there (a directory, /dev/null) is
+    refused at start rather than replaced."""
     if path is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_file():
+        raise UsageError(
+            f"--state-file {path}: not a regular file; qosd replaces this file atomically on every "
+            "tick, so name a file of its own (e.g. /var/lib/qosd/state.json)"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--state-file {path}: cannot create {path.parent}: {exc.strerror}") from None
+    _writable_dir("--state-file", path)
     return path
+
+
+def _audit_file(path: Path | None) -> Path | None:
+    """--audit-log: a file (or device) records can be appended to, in an existing directory. A
+    write that fails later (a full disk) is counted and reported, not fatal (AuditLog)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise UsageError(f"--audit-log {path}: is a directory; name the JSON Lines file to append to")
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise UsageError(f"--audit-log {path}: the directory {path.parent} does not exist")
+        _writable_dir("--audit-log", path)
+    elif not os.access(path, os.W_OK):
+        raise UsageError(f"--audit-log {path}: not writable")
+    return path
+
+
+def _writable_dir(flag: str, path: Path) -> None:
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: cannot write in {path.parent} (read-only or no permission)")
 
 
 def kube_mode(args: argparse.Namespace) -> bool:
@@ -1010,10 +1065,20 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="extra node label (repeatable): selects policies by nodeSelector",
     )
-    r.add_argument("--interval", default="1s", help="tick period (default 1s)")
+    r.add_argument(
+        "--interval",
+        type=duration(0.01, 3600.0),
+        default="1s",
+        help="tick period, a duration from 10ms to 1h (default 1s)",
+    )
     r.add_argument("--once", action="store_true", help="run one tick and exit")
     r.add_argument("--dry-run", action="store_true", help="decide and log, change nothing")
-    r.add_argument("--eviction-burst", type=int, default=3, help="evictions per tick across all rules")
+    r.add_argument(
+        "--eviction-burst",
+        type=integer(0, 10000),
+        default=3,
+        help="evictions per tick across all rules (default 3)",
+    )
     r.add_argument("--backend", choices=("python", "durable"), default="python")
     r.add_argument("--cgroup-root", type=Path, default=Path("/sys/fs/cgroup"))
     r.add_argument("--resctrl-root", type=Path, default=Path("/sys/fs/resctrl"))
@@ -1022,12 +1087,18 @@ def add_parser(sub: Any) -> None:
         "--root",
         action="append",
         default=[],
+        type=cgroup_pattern,
         metavar="PATTERN",
         help="cgroup pattern whose matches are workloads (repeatable; default qosd*/*)",
     )
     r.add_argument("--state-file", type=Path, help="engine state, written before each tick's operations")
     r.add_argument("--audit-log", type=Path, help="append one Evaluation per deciding tick (JSON Lines)")
-    r.add_argument("--listen", default=":9464", help="host:port of /metrics, /healthz, /readyz ('' = off)")
+    r.add_argument(
+        "--listen",
+        type=listen_address,
+        default=":9464",
+        help="host:port of /metrics, /healthz, /readyz ('' = off)",
+    )
     r.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     r.add_argument(
         "--no-watch",
@@ -1035,7 +1106,10 @@ def add_parser(sub: Any) -> None:
         help="do not watch rule files (they are then re-checked every tick)",
     )
     r.add_argument(
-        "--reload-debounce", default="50ms", help="quiet time after a rule file event (default 50ms)"
+        "--reload-debounce",
+        type=duration(0.0, 60.0),
+        default="50ms",
+        help="quiet time after a rule file event, up to 1m (default 50ms)",
     )
     k = r.add_argument_group(
         "Kubernetes mode",
@@ -1059,5 +1133,10 @@ def add_parser(sub: Any) -> None:
         action="store_false",
         help="do not stand for election as the writer of QoSPolicy status",
     )
-    k.add_argument("--sync-timeout", default="60s", help="longest wait for the first lists at start")
+    k.add_argument(
+        "--sync-timeout",
+        type=duration(0.0, 3600.0),
+        default="60s",
+        help="longest wait for the first lists at start, up to 1h (default 60s)",
+    )
     r.set_defaults(func=cmd_run)
