@@ -12,8 +12,12 @@ long-running process needs around it:
   anywhere in a tick the restarted daemon either never saw the decision (and makes it again, against
   freshly observed cgroups, so writes are not repeated) or already has the eviction on record (and
   counts the pod as released instead of evicting it twice).
-- **Graceful stop.** SIGTERM/SIGINT only set a flag: the tick in progress finishes, its whole plan is
-  applied, then the loop exits. A plan is never left half-applied by a signal.
+- **Signals.** SIGTERM and SIGINT only set a flag: the tick in progress finishes, its whole plan is
+  applied, then the loop exits. A plan is never left half-applied by a signal. SIGQUIT stops the
+  same way after logging every thread's stack (a daemon that seems stuck says where; no core dump,
+  which a DaemonSet would only restart from). SIGHUP re-reads the rule files through the one reload
+  path (the daemon convention; a save the file watcher missed, or ``--no-watch``). SIGUSR1 logs the
+  generation, health, readiness and engine state and changes nothing. Each is logged.
 - **Audit log.** JSON Lines, one Evaluation document per tick in which something was decided (an
   operation, something held back, a skipped rule or a workload issue), each intent with its
   provenance, plus each operation's result. ``qosd explain`` reads it.
@@ -35,6 +39,7 @@ import stat
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -419,6 +424,16 @@ class AuditLog:
         )
 
 
+def thread_stacks() -> dict[str, str]:
+    """Every thread's current stack, by thread name: what SIGQUIT logs before stopping, so that a
+    daemon that seems stuck says where (as a Go program's goroutine dump on SIGQUIT does)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return {
+        f"{names.get(ident, 'thread')}-{ident}": "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    }
+
+
 # ---------------------------------------------------------------- JSON logs
 
 
@@ -584,12 +599,11 @@ class Daemon:
     def run(self) -> int:
         """Tick every ``interval`` until stopped; exit code 0 on a clean stop, 1 if no policy ever loaded."""
         self._install_signals()
+        fields: dict[str, Any] = {"interval": self.config.interval, "dryRun": self.config.dry_run}
         if self.config.listen:
-            self.serve(self.config.listen)
-        log.info(
-            "qosd started",
-            extra={"fields": {"interval": self.config.interval, "dryRun": self.config.dry_run}},
-        )
+            host, port = self.serve(self.config.listen)
+            fields["listen"] = f"{host}:{port}"  # the port bound, when asked for :0
+        log.info("qosd started", extra={"fields": fields})
         try:
             self.start()
             next_at = self.clock()
@@ -639,15 +653,61 @@ class Daemon:
         self.reloader.close()
 
     def _install_signals(self) -> None:
+        """The daemon's signals, each logged (see "Signals" in the module docstring)."""
         if threading.current_thread() is not threading.main_thread():
             return
 
         def stop(signum: int, _frame: FrameType | None) -> None:
-            log.info("stop requested; finishing the current tick", extra={"fields": {"signal": signum}})
+            fields: dict[str, Any] = {"signal": signal.Signals(signum).name}
+            if signum == signal.SIGQUIT:
+                fields["threads"] = thread_stacks()
+            log.info("stop requested; finishing the current tick", extra={"fields": fields})
             self.stop.set()
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        def reload(signum: int, _frame: FrameType | None) -> None:
+            # The handler runs in the main thread, which may hold the reload lock mid-tick: the
+            # reload runs in a thread of its own and waits for the lock there.
+            log.info("SIGHUP: reloading the rule files", extra={"fields": {"signal": "SIGHUP"}})
+            threading.Thread(target=self._reload_on_signal, name="qosd-sighup", daemon=True).start()
+
+        def dump(signum: int, _frame: FrameType | None) -> None:
+            log.info("SIGUSR1: state dump; the daemon keeps running", extra={"fields": self.dump()})
+
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(signum, stop)
+        signal.signal(signal.SIGHUP, reload)
+        signal.signal(signal.SIGUSR1, dump)
+
+    def _reload_on_signal(self) -> None:
+        try:
+            outcome = self.reloader.request("signal")
+        except Exception:  # a reload must never take the daemon down
+            log.exception("reload on SIGHUP failed")
+            return
+        if outcome is None:
+            log.info("SIGHUP: the reload runs at the first tick (no node observed yet)")
+        elif outcome.result == "unchanged":
+            log.info(
+                "SIGHUP: the rule files give the policy in effect; nothing to do",
+                extra={"fields": {"generation": outcome.generation}},
+            )
+        # loaded and failed are logged by the reload path itself, with the trigger "signal"
+
+    def dump(self) -> dict[str, Any]:
+        """What a SIGUSR1 logs: the generation in effect, the loop's health and the engine state."""
+        engine = self.reloader.engine
+        healthy, health = self.healthy()
+        ready, readiness = self.ready()
+        return {
+            "generation": self.reloader.generation,
+            "hash": engine.policy.hash[:12] if engine is not None else None,
+            "ticks": self.ticks,
+            "lastError": self.last_error,
+            "reloadError": self.reloader.last_error,
+            "healthz": ("ok: " if healthy else "not ok: ") + health,
+            "readyz": ("ok: " if ready else "not ok: ") + readiness,
+            "state": self.state.to_dict(),
+        }
 
     # -- health and metrics over HTTP
 
@@ -1032,8 +1092,19 @@ def kube_mode(args: argparse.Namespace) -> bool:
     return args.kubeconfig is not None or bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
+def _starting(signum: int, _frame: FrameType | None) -> None:
+    log.info(
+        "signal during start-up ignored: the first tick loads the rule files",
+        extra={"fields": {"signal": signal.Signals(signum).name}},
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    # Until the loop installs its handlers, SIGHUP and SIGUSR1 would kill a daemon still starting.
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGHUP, signal.SIGUSR1):
+            signal.signal(signum, _starting)
     daemon = build_kube(args) if kube_mode(args) else build_standalone(args)
     return daemon.run()
 
