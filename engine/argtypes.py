@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 from engine.model.units import parse_duration
@@ -25,6 +26,10 @@ def duration(minimum: float, maximum: float) -> Callable[[str], float]:
         try:
             seconds = parse_duration(text)
         except ValueError as exc:
+            if _is_number(text):  # the commonest slip: --interval 1
+                raise argparse.ArgumentTypeError(
+                    f"{text!r} has no unit; a duration needs one: write {text.strip()}s (or e.g. 500ms, 1m)"
+                ) from None
             raise argparse.ArgumentTypeError(str(exc)) from None
         if not math.isfinite(seconds) or not minimum <= seconds <= maximum:
             raise argparse.ArgumentTypeError(
@@ -34,6 +39,10 @@ def duration(minimum: float, maximum: float) -> Callable[[str], float]:
 
     parse.__name__ = "duration"  # argparse names the type in its messages
     return parse
+
+
+def _is_number(text: str) -> bool:
+    return re.fullmatch(r"\s*[0-9]+(\.[0-9]+)?\s*", text) is not None
 
 
 def _seconds(value: float) -> str:
