@@ -22,8 +22,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ import pytest
 
 from engine.daemon import AuditLog, Metrics
 from tests.realcgroup import Subtree, real_subtree
+from tests.test_daemon import get
 
 ROOT = Path(__file__).resolve().parent.parent
 PATIENCE = 90.0  # seconds before a poll gives up: only bounds a failing test
@@ -88,14 +87,6 @@ class Qosd:
     def base_url(self) -> str:
         started = self.wait_for("the start line", lambda: self.logged("qosd started"))
         return f"http://{started[0]['listen']}"
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def metric(text: str, name: str) -> float:
