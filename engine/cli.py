@@ -1,25 +1,30 @@
 """The ``qosd`` command line. Wiring only: every decision lives in engine.config and friends.
 
-Exit codes follow the usual validator convention: 0 clean, 1 invalid input, 2 usage error.
+Exit codes follow the usual validator convention: 0 clean, 1 invalid input, 2 usage error. An
+exception nobody expected (a bug) is one line on stderr and exit 70 (EX_SOFTWARE), not a traceback
+in the face of whoever ran the command; ``--debug`` or ``QOSD_DEBUG=1`` lets it through with its
+traceback (the test suite sets QOSD_DEBUG so that a bug fails its test loudly).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from engine import __version__, daemon, demo, explain, ruletest, simulate
+from engine.argtypes import integer
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels, validate
 from engine.config.schema_check import schema_problems
 from engine.evaluate.engine import Engine
-from engine.evaluate.state import EngineState
+from engine.evaluate.state import CorruptState, EngineState, state_from_json
 from engine.model.factnames import registry
 from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
 from engine.output import format_table
@@ -29,7 +34,9 @@ from engine.sources.localnode import read_local_node
 from engine.sources.snapshot_file import load_snapshot
 from engine.tick import run_tick
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+DEBUG_ENV = "QOSD_DEBUG"
 
 
 def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()) -> NodeInfo:
@@ -128,7 +135,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     snapshot = load_snapshot(args.facts)
     node = snapshot.node.with_labels({PROFILE_LABEL: args.profile}) if args.profile else snapshot.node
     policy = build_policy(load_documents(args.rules, builtin=not args.no_builtin), node)
-    state = EngineState.from_dict(json.loads(args.state.read_text())) if args.state else EngineState()
+    state = _eval_state(args.state) if args.state else EngineState()
     engine = Engine(policy, backend=args.backend)
     try:
         result = run_tick(
@@ -152,6 +159,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_table(result))
     return EXIT_OK
+
+
+def _eval_state(path: Path) -> EngineState:
+    try:
+        return state_from_json(path.read_bytes())
+    except OSError as exc:
+        raise UsageError(f"--state {path}: {exc.strerror}") from None
+    except CorruptState as exc:
+        raise UsageError(f"--state {path}: not an engine state (schemas/state.schema.json): {exc}") from None
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -184,12 +200,26 @@ def _policy_source_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line: the error and where to read more, not the
+    whole usage block (``qosd run`` has thirty flags; the line that matters would scroll away).
+    Subcommand parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="qosd",
         description="Node QoS engine for Kubernetes colocation, driven by declarative YAML rules.",
     )
     parser.add_argument("--version", action="version", version=f"qosd {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"let an unexpected error through with its traceback (also: {DEBUG_ENV}=1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     v = sub.add_parser("validate", help="check rule documents; exit 0 clean, 1 invalid, 2 usage error")
@@ -233,7 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL})")
     e.add_argument("--dry-run", action="store_true", help="plan no operations, report them as held")
     e.add_argument(
-        "--eviction-burst", type=int, default=3, help="evictions per tick across all rules (default 3)"
+        "--eviction-burst",
+        type=integer(0, 10000),
+        default=3,
+        help="evictions per tick across all rules (default 3)",
     )
     e.set_defaults(func=cmd_eval)
 
@@ -255,9 +288,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def debugging(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # the last resort: a bug, said in one line (see the module docstring)
+        if debugging(args):
+            raise
+        if isinstance(exc, OSError) and exc.filename is not None:
+            # A file named on the command line that cannot be read or written: the user's to fix.
+            print(f"qosd: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+        what = " ".join((f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__).split())
+        print(
+            f"qosd: internal error: {what[:500]} (a bug in qosd: rerun with --debug or {DEBUG_ENV}=1 "
+            "for the traceback, and report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         code: int = args.func(args)
         return code

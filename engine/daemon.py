@@ -12,8 +12,12 @@ long-running process needs around it:
   anywhere in a tick the restarted daemon either never saw the decision (and makes it again, against
   freshly observed cgroups, so writes are not repeated) or already has the eviction on record (and
   counts the pod as released instead of evicting it twice).
-- **Graceful stop.** SIGTERM/SIGINT only set a flag: the tick in progress finishes, its whole plan is
-  applied, then the loop exits. A plan is never left half-applied by a signal.
+- **Signals.** SIGTERM and SIGINT only set a flag: the tick in progress finishes, its whole plan is
+  applied, then the loop exits. A plan is never left half-applied by a signal. SIGQUIT stops the
+  same way after logging every thread's stack (a daemon that seems stuck says where; no core dump,
+  which a DaemonSet would only restart from). SIGHUP re-reads the rule files through the one reload
+  path (the daemon convention; a save the file watcher missed, or ``--no-watch``). SIGUSR1 logs the
+  generation, health, readiness and engine state and changes nothing. Each is logged.
 - **Audit log.** JSON Lines, one Evaluation document per tick in which something was decided (an
   operation, something held back, a skipped rule or a workload issue), each intent with its
   provenance, plus each operation's result. ``qosd explain`` reads it.
@@ -24,14 +28,18 @@ long-running process needs around it:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
 import signal
+import stat
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,23 +58,24 @@ from prometheus_client import (
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
-from engine.adapters.fsio import open_nofollow
+from engine.adapters.fsio import errno_name, open_nofollow
+from engine.adapters.mounts import CgroupUnavailable
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
+from engine.argtypes import cgroup_pattern, duration, integer, listen_address
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, node_labels
 from engine.evaluate.engine import Engine
-from engine.evaluate.state import EngineState
+from engine.evaluate.state import MAX_STATE_BYTES, CorruptState, EngineState, state_from_json
 from engine.model.facts import Snapshot
 from engine.model.intents import CgroupIntent
 from engine.model.operations import EvictPod, Operation, WriteCgroup
-from engine.model.units import parse_duration
 from engine.plan.planner import Guards
 from engine.reload import PolicyLayer, ReloadConfig, Reloader
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import PinnedReader
-from engine.sources.standalone import standalone_collector
+from engine.sources.standalone import PatternError, standalone_collector
 from engine.tick import TickResult, plan_tick, run_tick
 
 API_VERSION = "qosd.io/v1alpha1"
@@ -196,22 +205,54 @@ class Metrics:
         self.last_tick = Gauge(
             "qosd_last_tick_timestamp_seconds", "When the last tick completed.", registry=r
         )
+        self.audit_failures = Counter(
+            "qosd_audit_write_failures_total",
+            "Audit log records lost because the write failed (full disk, read-only file system...).",
+            registry=r,
+        )
 
 
 # ---------------------------------------------------------------- state and audit files
 
 
 def load_state(path: Path | None) -> EngineState:
-    """The state a previous run left, or a fresh one (a damaged file is reported, not fatal)."""
-    if path is None or not path.exists():
+    """The state a previous run left, or a fresh one. Never raises: a daemon that cannot start
+    because of its own state file would crash-loop in a DaemonSet and never repair it.
+
+    A file that is not a state qosd wrote (wrong shape, truncated, garbage; schemas/state.schema.json)
+    is moved aside to ``<file>.corrupt`` for a post-mortem, with a warning, and the run starts with
+    empty timers and no eviction records (a pod can still not be evicted twice: each eviction
+    carries the pod's UID). A file that cannot be read at all (permissions) is left where it is."""
+    if path is None:
         return EngineState()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return EngineState.from_dict(data.get("state", data))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        return EngineState()
+    except OSError as exc:
         log.warning(
             "state file unreadable; starting with empty timers and no eviction records",
-            extra={"fields": {"path": str(path), "error": str(exc)}},
+            extra={"fields": {"path": str(path), "error": f"{exc.strerror} ({errno_name(exc)})"}},
+        )
+        return EngineState()
+    try:
+        return state_from_json(data)
+    except CorruptState as exc:
+        aside = path.with_name(path.name + ".corrupt")
+        try:
+            os.replace(path, aside)
+            moved: str | None = str(aside)
+        except OSError as move:
+            moved = None
+            log.warning(
+                "could not move the corrupt state file aside; the next tick's save replaces it",
+                extra={"fields": {"path": str(path), "error": f"{move.strerror} ({errno_name(move)})"}},
+            )
+        log.warning(
+            "state file is not a state qosd wrote; moved aside, starting with empty timers and no "
+            "eviction records",
+            extra={"fields": {"path": str(path), "movedTo": moved, "error": str(exc)}},
         )
         return EngineState()
 
@@ -295,6 +336,107 @@ def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> di
     return doc
 
 
+AUDIT_REPORT_SECONDS = 60.0  # a failing audit log is logged at most this often
+
+
+def append_record(path: Path, data: bytes) -> None:
+    """Append one whole line in one write(2). A failed or short write is undone (the file is cut back
+    to its previous size) so that ``qosd explain`` never meets half a record; OSError says why."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        st = os.fstat(fd)
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
+        except OSError:
+            if stat.S_ISREG(st.st_mode):
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, st.st_size)
+            raise
+    finally:
+        os.close(fd)
+
+
+class AuditLog:
+    """The ``--audit-log`` file, and what went wrong writing it.
+
+    A record that cannot be written (a full disk, a read-only remount, a removed directory) is lost
+    and counted (``qosd_audit_write_failures_total``), ``/readyz`` says why until a write succeeds
+    again, and the log says so at the first failure and then at most every AUDIT_REPORT_SECONDS.
+    The tick is not failed: the operations were applied, only their record is missing, and
+    stopping enforcement because of a full disk would be the worse outcome."""
+
+    def __init__(self, path: Path, failures: Counter, clock: Callable[[], float] = time.monotonic):
+        self.path = path
+        self.failures = failures
+        self.clock = clock
+        self.error: str | None = None  # why the last write failed; None once one succeeds
+        self.lost = 0  # records lost since the last successful write
+        self._reported_at: float | None = None
+        self._unreported = 0
+
+    def append(self, record: Mapping[str, Any]) -> bool:
+        try:
+            append_record(self.path, (json.dumps(record, default=str) + "\n").encode("utf-8"))
+        except Exception as exc:
+            self.failed(exc)
+            return False
+        if self.error is not None:
+            log.info(
+                "audit log writable again",
+                extra={"fields": {"path": str(self.path), "recordsLost": self.lost}},
+            )
+        self.error, self.lost, self._reported_at, self._unreported = None, 0, None, 0
+        return True
+
+    def failed(self, exc: Exception) -> None:
+        """One record lost to ``exc``: count it, and log it unless the last report was recent."""
+        if isinstance(exc, OSError) and exc.errno is not None:
+            why = f"{exc.strerror or exc} ({errno_name(exc)})"
+        else:
+            why = f"{type(exc).__name__}: {exc}"
+        self.error = why
+        self.lost += 1
+        self._unreported += 1
+        self.failures.inc()
+        now = self.clock()
+        if self._reported_at is not None and now - self._reported_at < AUDIT_REPORT_SECONDS:
+            return
+        log.warning(
+            "audit record lost: writing the audit log failed; enforcement continues "
+            f"(reported at most every {AUDIT_REPORT_SECONDS:g}s)",
+            exc_info=None if isinstance(exc, OSError) else exc,  # anything else is a bug: show where
+            extra={
+                "fields": {
+                    "path": str(self.path),
+                    "error": why,
+                    "recordsLost": self._unreported,
+                }
+            },
+        )
+        self._reported_at, self._unreported = now, 0
+
+    def problem(self) -> str | None:
+        """Why readiness fails while records are lost (enforcement goes on), or None."""
+        if self.error is None:
+            return None
+        return (
+            f"audit log {self.path} failing: {self.error}; "
+            f"{self.lost} record(s) lost since the last good write"
+        )
+
+
+def thread_stacks() -> dict[str, str]:
+    """Every thread's current stack, by thread name: what SIGQUIT logs before stopping, so that a
+    daemon that seems stuck says where (as a Go program's goroutine dump on SIGQUIT does)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return {
+        f"{names.get(ident, 'thread')}-{ident}": "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    }
+
+
 # ---------------------------------------------------------------- JSON logs
 
 
@@ -362,7 +504,7 @@ class Daemon:
         self._adopted: Engine | None = None
         self.services = list(services)
         self.synced = list(synced)  # (what, wait_synced): waited for before the first tick
-        # Each says why the daemon is not ready (a watch failing: RBAC, a missing CRD), or None.
+        # Each says why the daemon is not ready (a failing watch or audit log), or None.
         self.readiness: list[Callable[[], str | None]] = []
         self._started = False
         self.state = load_state(config.state_file)
@@ -371,6 +513,9 @@ class Daemon:
         self.ticks = 0
         self.last_tick_at: float | None = None
         self.last_error: str | None = None
+        self.audit = AuditLog(config.audit_log, self.metrics.audit_failures) if config.audit_log else None
+        if self.audit is not None:
+            self.readiness.append(self.audit.problem)
         self._server: ThreadingHTTPServer | None = None
 
     def _reloaded(self, source: str, result: str) -> None:
@@ -412,9 +557,11 @@ class Daemon:
                 save_state(self.config.state_file, result.state, engine.generation, snap.time)
             outcomes = self.executor.apply(result.plan.operations)
             self.state = _unrecord_refused(result.state, outcomes)
-            self.source.applied(result, outcomes)
-            self._account(result, outcomes, engine)
-            self._audit(result, outcomes)
+            try:
+                self.source.applied(result, outcomes)
+                self._account(result, outcomes, engine)
+            finally:
+                self._audit(result, outcomes)  # the record of what was applied, whatever follows
             self.metrics.ticks.labels("ok").inc()
             self.last_error = None
             return result
@@ -443,25 +590,27 @@ class Daemon:
             self.metrics.held.labels(held.intent.provenance.rule).inc()
 
     def _audit(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
-        if self.config.audit_log is None:
+        """Append the tick's record; a failure is the audit log's (counted, reported), not the tick's."""
+        if self.audit is None:
             return
-        record = audit_record(result, outcomes)
-        if record is None:
+        try:
+            record = audit_record(result, outcomes)
+        except Exception as exc:  # a bug building the record: lose it, keep enforcing
+            self.audit.failed(exc)
             return
-        with open(self.config.audit_log, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, default=str) + "\n")
+        if record is not None:
+            self.audit.append(record)
 
     # -- the loop
 
     def run(self) -> int:
         """Tick every ``interval`` until stopped; exit code 0 on a clean stop, 1 if no policy ever loaded."""
         self._install_signals()
+        fields: dict[str, Any] = {"interval": self.config.interval, "dryRun": self.config.dry_run}
         if self.config.listen:
-            self.serve(self.config.listen)
-        log.info(
-            "qosd started",
-            extra={"fields": {"interval": self.config.interval, "dryRun": self.config.dry_run}},
-        )
+            host, port = self.serve(self.config.listen)
+            fields["listen"] = f"{host}:{port}"  # the port bound, when asked for :0
+        log.info("qosd started", extra={"fields": fields})
         try:
             self.start()
             next_at = self.clock()
@@ -511,15 +660,61 @@ class Daemon:
         self.reloader.close()
 
     def _install_signals(self) -> None:
+        """The daemon's signals, each logged (see "Signals" in the module docstring)."""
         if threading.current_thread() is not threading.main_thread():
             return
 
         def stop(signum: int, _frame: FrameType | None) -> None:
-            log.info("stop requested; finishing the current tick", extra={"fields": {"signal": signum}})
+            fields: dict[str, Any] = {"signal": signal.Signals(signum).name}
+            if signum == signal.SIGQUIT:
+                fields["threads"] = thread_stacks()
+            log.info("stop requested; finishing the current tick", extra={"fields": fields})
             self.stop.set()
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        def reload(signum: int, _frame: FrameType | None) -> None:
+            # The handler runs in the main thread, which may hold the reload lock mid-tick: the
+            # reload runs in a thread of its own and waits for the lock there.
+            log.info("SIGHUP: reloading the rule files", extra={"fields": {"signal": "SIGHUP"}})
+            threading.Thread(target=self._reload_on_signal, name="qosd-sighup", daemon=True).start()
+
+        def dump(signum: int, _frame: FrameType | None) -> None:
+            log.info("SIGUSR1: state dump; the daemon keeps running", extra={"fields": self.dump()})
+
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(signum, stop)
+        signal.signal(signal.SIGHUP, reload)
+        signal.signal(signal.SIGUSR1, dump)
+
+    def _reload_on_signal(self) -> None:
+        try:
+            outcome = self.reloader.request("signal")
+        except Exception:  # a reload must never take the daemon down
+            log.exception("reload on SIGHUP failed")
+            return
+        if outcome is None:
+            log.info("SIGHUP: the reload runs at the first tick (no node observed yet)")
+        elif outcome.result == "unchanged":
+            log.info(
+                "SIGHUP: the rule files give the policy in effect; nothing to do",
+                extra={"fields": {"generation": outcome.generation}},
+            )
+        # loaded and failed are logged by the reload path itself, with the trigger "signal"
+
+    def dump(self) -> dict[str, Any]:
+        """What a SIGUSR1 logs: the generation in effect, the loop's health and the engine state."""
+        engine = self.reloader.engine
+        healthy, health = self.healthy()
+        ready, readiness = self.ready()
+        return {
+            "generation": self.reloader.generation,
+            "hash": engine.policy.hash[:12] if engine is not None else None,
+            "ticks": self.ticks,
+            "lastError": self.last_error,
+            "reloadError": self.reloader.last_error,
+            "healthz": ("ok: " if healthy else "not ok: ") + health,
+            "readyz": ("ok: " if ready else "not ok: ") + readiness,
+            "state": self.state.to_dict(),
+        }
 
     # -- health and metrics over HTTP
 
@@ -565,7 +760,13 @@ class Daemon:
             def log_message(self, format: str, *args: Any) -> None:
                 return  # scrapes every few seconds would drown the JSON log
 
-        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
+        except (OSError, OverflowError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(
+                f"--listen {listen}: cannot serve /metrics, /healthz and /readyz there: {why}"
+            ) from None
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="qosd-http", daemon=True).start()
         bound = self._server.server_address
@@ -637,13 +838,14 @@ class CollectorSource:
 def _common(
     args: argparse.Namespace, adapter: CgroupAdapter | None = None
 ) -> tuple[float, dict[str, str], CgroupAdapter]:
-    interval = parse_duration(args.interval)
-    if interval <= 0:
-        raise UsageError(f"--interval {args.interval}: must be longer than 0")
+    interval: float = args.interval  # parsed and bounded by argparse (engine.argtypes)
     labels = node_labels(args.label, args.profile)
     if adapter is None:
-        # Observed files stay open between ticks (one pread each); see engine/sources/files.py.
-        adapter = CgroupAdapter.detect(args.cgroup_root, observe_reader=PinnedReader(open_nofollow))
+        try:
+            # Observed files stay open between ticks (one pread each); see engine/sources/files.py.
+            adapter = CgroupAdapter.detect(args.cgroup_root, observe_reader=PinnedReader(open_nofollow))
+        except (CgroupUnavailable, OSError) as exc:
+            raise UsageError(f"--cgroup-root {args.cgroup_root}: {exc}") from None
     return interval, labels, adapter
 
 
@@ -660,10 +862,10 @@ def _config(
         eviction_burst=args.eviction_burst,
         backend=args.backend,
         state_file=_state_file(args.state_file),
-        audit_log=args.audit_log,
+        audit_log=_audit_file(args.audit_log),
         listen=args.listen or None,
         stat_files=not watch,
-        sync_timeout=parse_duration(args.sync_timeout),
+        sync_timeout=args.sync_timeout,
     )
 
 
@@ -674,7 +876,7 @@ def _file_watcher(args: argparse.Namespace, daemon: Daemon) -> None:
     def changed(reason: str) -> None:
         daemon.reloader.request("file")
 
-    watcher = RuleFileWatcher(list(args.rules), changed, debounce=parse_duration(args.reload_debounce))
+    watcher = RuleFileWatcher(list(args.rules), changed, debounce=args.reload_debounce)
     daemon.services.append(watcher)
 
 
@@ -687,13 +889,18 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     interval, labels, adapter = _common(args)
     if args.workloads is not None and not args.workloads.is_file():
         raise UsageError(f"--workloads {args.workloads}: no such file")
-    collector = standalone_collector(
-        args.cgroup_root,
-        args.workloads,
-        args.root or None,
-        options=daemon_options(interval),
-        observe=adapter.observe,
-    )
+    try:
+        collector = standalone_collector(
+            args.cgroup_root,
+            args.workloads,
+            args.root or None,
+            options=daemon_options(interval),
+            observe=adapter.observe,
+        )
+    except PatternError as exc:
+        raise UsageError(f"--root: {exc}") from None
+    except (CgroupUnavailable, OSError) as exc:
+        raise UsageError(f"--cgroup-root {args.cgroup_root}: {exc}") from None
     executor: Executor
     if args.dry_run:
         executor = RecordingExecutor()
@@ -737,10 +944,16 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
     interval, labels, adapter = _common(args, adapter)
     try:
         api = load_api_client(args.kubeconfig)
-    except (ConfigException, OSError) as exc:
+    except Exception as exc:
+        # The client's loader reports a malformed file with whatever its parsing hit (ConfigException,
+        # TypeError for a file that is not a mapping, YAML errors): all mean "not a usable kubeconfig".
         where = f"--kubeconfig {args.kubeconfig}" if args.kubeconfig else "in-cluster / $KUBECONFIG"
-        raise UsageError(f"cannot configure the Kubernetes client ({where}): {exc}") from exc
-    fs = CgroupFS.detect(args.cgroup_root)
+        why = str(exc) if isinstance(exc, ConfigException | OSError) else f"{type(exc).__name__}: {exc}"
+        raise UsageError(f"cannot configure the Kubernetes client ({where}): {why}") from None
+    try:
+        fs = CgroupFS.detect(args.cgroup_root)
+    except (CgroupUnavailable, OSError) as exc:
+        raise UsageError(f"--cgroup-root {args.cgroup_root}: {exc}") from None
     driver = args.cgroup_driver
     if driver == "auto":
         driver = detect_driver(fs.dir("", "cpu").rstrip("/")) or "systemd"
@@ -842,10 +1055,43 @@ def _standalone_refusal(op: Operation) -> OperationResult:
 
 
 def _state_file(path: Path | None) -> Path | None:
+    """--state-file: a regular file (or none yet) in a directory qosd can write, created if missing.
+    The file is replaced atomically each tick, so anything else there (a directory, /dev/null) is
+    refused at start rather than replaced."""
     if path is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_file():
+        raise UsageError(
+            f"--state-file {path}: not a regular file; qosd replaces this file atomically on every "
+            "tick, so name a file of its own (e.g. /var/lib/qosd/state.json)"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--state-file {path}: cannot create {path.parent}: {exc.strerror}") from None
+    _writable_dir("--state-file", path)
     return path
+
+
+def _audit_file(path: Path | None) -> Path | None:
+    """--audit-log: a file (or device) records can be appended to, in an existing directory. A
+    write that fails later (a full disk) is counted and reported, not fatal (AuditLog)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise UsageError(f"--audit-log {path}: is a directory; name the JSON Lines file to append to")
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise UsageError(f"--audit-log {path}: the directory {path.parent} does not exist")
+        _writable_dir("--audit-log", path)
+    elif not os.access(path, os.W_OK):
+        raise UsageError(f"--audit-log {path}: not writable")
+    return path
+
+
+def _writable_dir(flag: str, path: Path) -> None:
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: cannot write in {path.parent} (read-only or no permission)")
 
 
 def kube_mode(args: argparse.Namespace) -> bool:
@@ -855,8 +1101,19 @@ def kube_mode(args: argparse.Namespace) -> bool:
     return args.kubeconfig is not None or bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
+def _starting(signum: int, _frame: FrameType | None) -> None:
+    log.info(
+        "signal during start-up ignored: the first tick loads the rule files",
+        extra={"fields": {"signal": signal.Signals(signum).name}},
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    # Until the loop installs its handlers, SIGHUP and SIGUSR1 would kill a daemon still starting.
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGHUP, signal.SIGUSR1):
+            signal.signal(signum, _starting)
     daemon = build_kube(args) if kube_mode(args) else build_standalone(args)
     return daemon.run()
 
@@ -888,10 +1145,20 @@ def add_parser(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="extra node label (repeatable): selects policies by nodeSelector",
     )
-    r.add_argument("--interval", default="1s", help="tick period (default 1s)")
+    r.add_argument(
+        "--interval",
+        type=duration(0.01, 3600.0),
+        default="1s",
+        help="tick period, a duration from 10ms to 1h (default 1s)",
+    )
     r.add_argument("--once", action="store_true", help="run one tick and exit")
     r.add_argument("--dry-run", action="store_true", help="decide and log, change nothing")
-    r.add_argument("--eviction-burst", type=int, default=3, help="evictions per tick across all rules")
+    r.add_argument(
+        "--eviction-burst",
+        type=integer(0, 10000),
+        default=3,
+        help="evictions per tick across all rules (default 3)",
+    )
     r.add_argument("--backend", choices=("python", "durable"), default="python")
     r.add_argument("--cgroup-root", type=Path, default=Path("/sys/fs/cgroup"))
     r.add_argument("--resctrl-root", type=Path, default=Path("/sys/fs/resctrl"))
@@ -900,12 +1167,18 @@ def add_parser(sub: Any) -> None:
         "--root",
         action="append",
         default=[],
+        type=cgroup_pattern,
         metavar="PATTERN",
         help="cgroup pattern whose matches are workloads (repeatable; default qosd*/*)",
     )
     r.add_argument("--state-file", type=Path, help="engine state, written before each tick's operations")
     r.add_argument("--audit-log", type=Path, help="append one Evaluation per deciding tick (JSON Lines)")
-    r.add_argument("--listen", default=":9464", help="host:port of /metrics, /healthz, /readyz ('' = off)")
+    r.add_argument(
+        "--listen",
+        type=listen_address,
+        default=":9464",
+        help="host:port of /metrics, /healthz, /readyz ('' = off)",
+    )
     r.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     r.add_argument(
         "--no-watch",
@@ -913,7 +1186,10 @@ def add_parser(sub: Any) -> None:
         help="do not watch rule files (they are then re-checked every tick)",
     )
     r.add_argument(
-        "--reload-debounce", default="50ms", help="quiet time after a rule file event (default 50ms)"
+        "--reload-debounce",
+        type=duration(0.0, 60.0),
+        default="50ms",
+        help="quiet time after a rule file event, up to 1m (default 50ms)",
     )
     k = r.add_argument_group(
         "Kubernetes mode",
@@ -937,5 +1213,10 @@ def add_parser(sub: Any) -> None:
         action="store_false",
         help="do not stand for election as the writer of QoSPolicy status",
     )
-    k.add_argument("--sync-timeout", default="60s", help="longest wait for the first lists at start")
+    k.add_argument(
+        "--sync-timeout",
+        type=duration(0.0, 3600.0),
+        default="60s",
+        help="longest wait for the first lists at start, up to 1h (default 60s)",
+    )
     r.set_defaults(func=cmd_run)

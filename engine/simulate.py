@@ -33,7 +33,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any
 
+from engine.argtypes import integer, number
 from engine.config.conditions import comparisons
+from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.config.policy import Policy
 from engine.evaluate.compiler import fact_key
@@ -1442,6 +1444,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_generate(args: argparse.Namespace) -> int:
+    if args.cpus % args.numa or args.cpus // args.numa < 2:
+        raise UsageError(
+            f"--cpus {args.cpus} --numa {args.numa}: the generated node splits its CPUs evenly over its "
+            "NUMA nodes, at least 2 (one core of two hyper-threads) each; make --cpus a multiple of --numa"
+        )
     profile = None if args.profile == "default" else args.profile
     doc = generate_tidal(
         hours=args.hours,
@@ -1513,7 +1520,10 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--backend", choices=("python", "durable"), default="python")
     s.add_argument("--dry-run", action="store_true", help="plan no operations (nothing is published either)")
     s.add_argument(
-        "--eviction-burst", type=int, default=3, help="evictions per tick across all rules (default 3)"
+        "--eviction-burst",
+        type=integer(0, 10000),
+        default=3,
+        help="evictions per tick across all rules (default 3)",
     )
     s.add_argument(
         "--risk-cpu",
@@ -1541,11 +1551,17 @@ def add_parser(sub: Any) -> None:
     t = sub.add_parser("trace", help="generate or check simulation traces")
     tsub = t.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
     g = tsub.add_parser("generate", help="write a synthetic tidal trace (seeded, reproducible)")
-    g.add_argument("--hours", type=float, default=24.0, help="length of the trace (default 24)")
+    g.add_argument(
+        "--hours", type=number(0.001, 24 * 366), default=24.0, help="length of the trace (default 24)"
+    )
     g.add_argument("--step", type=_duration_arg, default=60.0, help="time between samples (default 1m)")
     g.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
-    g.add_argument("--cpus", type=int, default=32, help="logical CPUs of the node (default 32)")
-    g.add_argument("--numa", type=int, default=2, help="NUMA nodes (default 2)")
+    g.add_argument(
+        "--cpus", type=integer(1, 8192), default=32, help="logical CPUs of the node (default 32)"
+    )
+    g.add_argument(
+        "--numa", type=integer(1, 1024), default=2, help="NUMA nodes, dividing --cpus (default 2)"
+    )
     g.add_argument("--memory", type=_quantity_arg, default=128 * GiB, help="node memory (default 128Gi)")
     g.add_argument(
         "--profile",

@@ -45,12 +45,14 @@ from engine.adapters.fsio import (
     DENIED,
     GONE,
     SYMLINK,
+    BadValue,
     FileIO,
     PathEscape,
     Retry,
     check_name,
     confine,
     denied_hint,
+    encode_value,
     errno_name,
     relative_parts,
     symlink_refused,
@@ -305,6 +307,11 @@ class CgroupAdapter:
             return OperationResult(op, "failed", f"{where}: {exc}")
         if not writes:
             return OperationResult(op, "unchanged")
+        try:  # every file's value checked before the first write: none or all are attempted
+            for name, text in writes:
+                encode_value(text, os.path.join(directory, name))
+        except BadValue as exc:
+            return OperationResult(op, "failed", str(exc))
         attempts = 0
         done: list[str] = []
         for name, text in writes:

@@ -4,10 +4,17 @@ Order matters across kinds as well as within them (a resctrl group is created be
 a parent cgroup loosened before its child), so operations are dispatched one at a time rather than
 grouped per adapter. An operation whose adapter is not configured on this node (no Kubernetes
 client in standalone mode, say) is answered *skipped* with that reason.
+
+One operation never stops the others: whatever an adapter raises for one operation (an OSError it
+did not classify, a ValueError from a value that slipped past validation, a bug) becomes a *failed*
+result for that operation, with the exception named, and the rest of the plan is still applied. The
+daemon then writes its audit record and metrics as for any failure. The traceback is logged once per
+(operation kind, exception type), since the same bad value fails again every tick.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from engine.adapters.cgroup import CgroupAdapter
@@ -16,6 +23,8 @@ from engine.adapters.result import OperationResult
 from engine.model.operations import Operation, WriteCgroup
 
 Handler = Callable[[Operation], OperationResult]
+
+log = logging.getLogger("qosd.adapters")
 
 
 class NodeExecutor:
@@ -30,11 +39,32 @@ class NodeExecutor:
         self.cgroup = cgroup
         self.resctrl = resctrl
         self.others = dict(others or {})
+        self._traced: set[tuple[str, str]] = set()
 
     def apply(self, operations: Sequence[Operation]) -> list[OperationResult]:
         return [self.apply_one(op) for op in operations]
 
     def apply_one(self, op: Operation) -> OperationResult:
+        """The adapter's result for ``op``; an exception it raised becomes a failed result."""
+        try:
+            return self._dispatch(op)
+        except Exception as exc:  # one operation must not take the rest of the plan down
+            return self._raised(op, exc)
+
+    def _raised(self, op: Operation, exc: Exception) -> OperationResult:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        key = (op.kind, type(exc).__name__)
+        if key not in self._traced:
+            self._traced.add(key)
+            log.error(
+                "adapter raised for one operation; it is reported failed and the plan goes on "
+                "(traceback logged once per operation kind and exception type)",
+                exc_info=exc,
+                extra={"fields": {**op.to_dict(), "error": reason}},
+            )
+        return OperationResult(op, "failed", f"{op.kind} raised {reason}")
+
+    def _dispatch(self, op: Operation) -> OperationResult:
         if isinstance(op, WriteCgroup):
             if self.cgroup is None:
                 return OperationResult(op, "skipped", "no cgroup adapter configured")

@@ -23,6 +23,27 @@ class PathEscape(ValueError):
     """An operation's path would leave the configured root."""
 
 
+class BadValue(ValueError):
+    """A value no cgroup or resctrl file can hold (not ASCII, or a NUL byte): refused before any write."""
+
+
+def encode_value(text: str, target: str) -> bytes:
+    """The bytes of one write. Kernel interface files parse ASCII; a value that is not (``0-1é``) or
+    that holds a NUL (the kernel would stop reading there) is refused with what and where, instead
+    of escaping as a ``UnicodeEncodeError`` from deep inside a tick."""
+    try:
+        data = text.encode("ascii")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end]
+        raise BadValue(
+            f"refused {text!r} for {target}: {bad!r} at offset {exc.start} is not ASCII, "
+            "and cgroup and resctrl files take ASCII text only"
+        ) from None
+    if b"\0" in data:
+        raise BadValue(f"refused {text!r} for {target}: it contains a NUL byte")
+    return data
+
+
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -44,9 +65,10 @@ class FileIO:
 
     def write(self, path: str, text: str, *, append: bool = False) -> None:
         flags = os.O_WRONLY | NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+        data = encode_value(text, path)  # before open: a refused value truncates nothing
         fd = os.open(path, flags)
         try:
-            os.write(fd, text.encode("ascii"))
+            os.write(fd, data)
         finally:
             os.close(fd)
 

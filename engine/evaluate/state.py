@@ -7,11 +7,18 @@ pod twice.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from types import MappingProxyType
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from engine.resources import data_dir
 from engine.strategies.reclaim import NOTHING_PUBLISHED, Published, ReportHistory
 
 EMPTY_F: Mapping[str, float] = MappingProxyType({})
@@ -141,3 +148,71 @@ class EngineState:
             pressure=PressureState.from_dict(data.get("pressure") or {}),
             published=Published.from_dict(data.get("published") or {}),
         )
+
+
+# ---------------------------------------------------------------- reading a state someone else wrote
+
+
+class CorruptState(ValueError):
+    """Bytes that are not an engine state qosd wrote (schemas/state.schema.json); says where and why."""
+
+
+MAX_STATE_BYTES = 16 << 20  # a real state is kilobytes; more is not one qosd wrote
+MAX_REASON = 200  # characters of an offending value quoted in a reason
+
+
+@cache
+def _validators() -> tuple[Draft202012Validator, Draft202012Validator]:
+    """(the state file document, its bare ``state`` object as ``qosd eval --state`` takes it)."""
+    with (data_dir("schemas") / "state.schema.json").open(encoding="utf-8") as fh:
+        schema: dict[str, Any] = json.load(fh)
+    bare = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/state"}
+    return Draft202012Validator(schema), Draft202012Validator(bare)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a state holds")
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
+
+
+def state_from_json(data: bytes | str) -> EngineState:
+    """The engine state in a state file's bytes (the document ``qosd run`` writes, or its bare
+    ``state`` object). Anything else, whatever its shape (null, a list, a truncated file, binary
+    garbage, nesting deep enough to exhaust the stack, NaN or 1e999), raises :class:`CorruptState`
+    and nothing else: the daemon must be able to start whatever a crash or an operator left there."""
+    if len(data) > MAX_STATE_BYTES:
+        raise CorruptState(f"{len(data)} bytes, more than the {MAX_STATE_BYTES} a state file can hold")
+    try:
+        doc = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+    except RecursionError:
+        raise CorruptState("not JSON qosd wrote: nested too deeply to read") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, huge integers, 1e999
+        raise CorruptState(f"not JSON: {_short(str(exc))}") from None
+    return state_from_document(doc)
+
+
+def state_from_document(doc: Any) -> EngineState:
+    """The engine state in decoded JSON, checked against schemas/state.schema.json first."""
+    document, bare = _validators()
+    wrapped = isinstance(doc, dict) and ("state" in doc or "kind" in doc)
+    try:
+        error = best_match((document if wrapped else bare).iter_errors(doc))
+    except RecursionError:
+        raise CorruptState("nested too deeply to check") from None
+    if error is not None:
+        raise CorruptState(f"{error.json_path}: {_short(error.message)}")
+    state = doc["state"] if wrapped else doc
+    try:
+        return EngineState.from_dict(state)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:  # the schema should make this unreachable
+        raise CorruptState(f"$.state: {type(exc).__name__}: {_short(str(exc))}") from None

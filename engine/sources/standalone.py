@@ -35,7 +35,7 @@ from jsonschema import Draft202012Validator
 
 from engine.config.errors import Location, PolicyError, Problem
 from engine.config.load import read_file
-from engine.config.schema_check import inline_refs, validation_problems
+from engine.config.schema_check import Locator, inline_refs, validation_problems
 from engine.model.facts import Container, Workload
 from engine.model.units import parse_quantity
 from engine.resources import data_dir
@@ -135,8 +135,9 @@ def workloads_validator() -> Draft202012Validator:
     return Draft202012Validator(inline_refs(schema))
 
 
-def load_workloads(path: Path) -> StandaloneConfig:
-    """The workloads file at ``path``: one YAML/JSON mapping, schema-checked with located errors."""
+def load_workloads(path: Path, fs: CgroupFS | None = None) -> StandaloneConfig:
+    """The workloads file at ``path``: one YAML/JSON mapping, schema-checked with located errors;
+    with ``fs``, its root and entry paths are checked against that hierarchy too."""
     docs = read_file(path)
     if len(docs) != 1 or not isinstance(docs[0].data, dict):
         raise PolicyError(
@@ -151,7 +152,11 @@ def load_workloads(path: Path) -> StandaloneConfig:
     problems = validation_problems(workloads_validator(), doc.data, doc.locate)
     if problems:
         raise PolicyError(problems)
-    return config_from_dict(doc.data, str(path))
+    config = config_from_dict(doc.data, str(path))
+    problems = pattern_problems(config, fs, doc.locate) if fs is not None else []
+    if problems:
+        raise PolicyError(problems)
+    return config
 
 
 def _resources(raw: Mapping[str, Any] | None) -> Mapping[str, float]:
@@ -189,13 +194,27 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Standal
 # ------------------------------------------------------------------------------------------ paths
 
 
+class PatternError(ValueError):
+    """A root or entry pattern that cannot name cgroups under the cgroup root."""
+
+
+def check_pattern(pattern: str) -> str:
+    """The checks a pattern needs before the hierarchy is known: it names something, holds no NUL
+    and no ``..`` component (a pattern may not climb out of the cgroup root)."""
+    if not pattern.strip("/ "):
+        raise PatternError(f"cgroup pattern {pattern!r} names no cgroup; write e.g. 'qosd*/*'")
+    if "\0" in pattern:
+        raise PatternError(f"cgroup pattern {pattern!r} contains a NUL byte")
+    if any(part == ".." for part in pattern.strip().split("/")):
+        raise PatternError(f"cgroup pattern {pattern!r} contains '..'; name cgroups below the cgroup root")
+    return pattern
+
+
 def relative_pattern(fs: CgroupFS, pattern: str) -> str:
-    """A root or entry pattern as a cgroup path relative to the root; ValueError when it escapes it.
+    """A root or entry pattern as a cgroup path relative to the root; PatternError when it escapes it.
 
     Absolute patterns may name the controller directory on v1 (/sys/fs/cgroup/cpu/qosd-demo/*)."""
-    text = pattern.strip()
-    if any(part == ".." for part in text.split("/")):
-        raise ValueError(f"cgroup pattern {pattern!r} contains '..'; name cgroups below the cgroup root")
+    text = check_pattern(pattern).strip()
     if not text.startswith("/"):
         return text.strip("/")
     text = text.rstrip("/")
@@ -207,9 +226,28 @@ def relative_pattern(fs: CgroupFS, pattern: str) -> str:
         rest = text[len(fs.root) + 1 :]
         head, _, tail = rest.partition("/")
         if head in {os.path.basename(m) for m in fs.mounts.values()} or "," in head:
+            if not tail:
+                raise PatternError(f"cgroup pattern {pattern!r} names a controller mount, not cgroups in it")
             return tail
         return rest
-    raise ValueError(f"cgroup pattern {pattern!r} is outside the cgroup root {fs.root}")
+    raise PatternError(
+        f"cgroup pattern {pattern!r} is outside the cgroup root {fs.root}; write it relative to the "
+        f"root (e.g. 'qosd-demo/*') or as an absolute path under {fs.root}"
+    )
+
+
+def pattern_problems(config: StandaloneConfig, fs: CgroupFS, locate: Locator) -> list[Problem]:
+    """Each root and entry path of a workloads file that cannot name cgroups under ``fs``, located
+    at its line and column (the schema already refused ``..``; an absolute path needs the root)."""
+    out: list[Problem] = []
+    for key, patterns in (("roots", config.roots), ("workloads", tuple(e.path for e in config.entries))):
+        for i, pattern in enumerate(patterns):
+            try:
+                relative_pattern(fs, pattern)
+            except PatternError as exc:
+                where: tuple[str | int, ...] = (key, i) if key == "roots" else (key, i, "path")
+                out.append(Problem(locate(where, False), str(exc)))
+    return out
 
 
 def _matches(pattern: Sequence[str], parts: Sequence[str]) -> bool:
@@ -338,8 +376,14 @@ def standalone_collector(
     options: CollectorOptions | None = None,
     observe: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
 ) -> NodeCollector:
-    """The node collector of ``qosd run`` without Kubernetes (``roots`` overrides the file's)."""
-    config = load_workloads(workloads_file) if workloads_file is not None else StandaloneConfig()
+    """The node collector of ``qosd run`` without Kubernetes (``roots`` overrides the file's).
+
+    A pattern that cannot name cgroups under the root raises: PolicyError, located, for the file's;
+    PatternError for ``roots``. CgroupUnavailable when no hierarchy is mounted at ``cgroup_root``."""
+    fs = CgroupFS.detect(cgroup_root)
+    config = load_workloads(workloads_file, fs) if workloads_file is not None else StandaloneConfig()
+    for pattern in roots or ():
+        relative_pattern(fs, pattern)
     if roots:
         config = StandaloneConfig(
             tuple(roots),
@@ -350,7 +394,6 @@ def standalone_collector(
             config.node_labels,
             config.source,
         )
-    fs = CgroupFS.detect(cgroup_root)
     return NodeCollector(
         StandaloneSource(fs, config),
         fs,

@@ -1,0 +1,116 @@
+"""Command-line value types: each flag's value is parsed where argparse reads it.
+
+A value that cannot work is refused by argparse itself (``qosd run: error: argument --interval:
+'1' is not a duration; write e.g. 30s...``, exit 2) before anything starts, instead of surfacing as
+a traceback from deep inside start-up. Only what needs the machine (is that port free, is that
+pattern under the cgroup root) is checked later, and is then raised as a UsageError (also exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+
+from engine.model.units import parse_duration
+from engine.sources.standalone import PatternError, check_pattern
+
+MAX_PORT = 65535
+
+
+def duration(minimum: float, maximum: float) -> Callable[[str], float]:
+    """A Go-style duration (``500ms``, ``1s``, ``1m30s``) in seconds, within [minimum, maximum]."""
+
+    def parse(text: str) -> float:
+        try:
+            seconds = parse_duration(text)
+        except ValueError as exc:
+            if _is_number(text):  # the commonest slip: --interval 1
+                raise argparse.ArgumentTypeError(
+                    f"{text!r} has no unit; a duration needs one: write {text.strip()}s (or e.g. 500ms, 1m)"
+                ) from None
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not math.isfinite(seconds) or not minimum <= seconds <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is out of range: between {_seconds(minimum)} and {_seconds(maximum)}"
+            )
+        return seconds
+
+    parse.__name__ = "duration"  # argparse names the type in its messages
+    return parse
+
+
+def _is_number(text: str) -> bool:
+    return re.fullmatch(r"\s*[0-9]+(\.[0-9]+)?\s*", text) is not None
+
+
+def _seconds(value: float) -> str:
+    if value == 0:
+        return "0s"
+    if value < 1:
+        return f"{value * 1000:g}ms"
+    if value >= 3600 and value % 3600 == 0:
+        return f"{value / 3600:g}h"
+    if value >= 60 and value % 60 == 0:
+        return f"{value / 60:g}m"
+    return f"{value:g}s"
+
+
+def integer(minimum: int, maximum: int) -> Callable[[str], int]:
+    """A whole number within [minimum, maximum]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip(), 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: between {minimum} and {maximum}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def number(minimum: float, maximum: float) -> Callable[[str], float]:
+    """A finite decimal number within [minimum, maximum]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+        if not math.isfinite(value) or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]} is out of range: between {minimum:g} and {maximum:g}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def listen_address(text: str) -> str:
+    """``host:port``, ``:port`` (every interface) or ``''`` (no HTTP endpoint); the port 0-65535.
+    An IPv6 host is written in brackets (``[::1]:9464``). Whether the port is free is known only
+    when it is bound (Daemon.serve)."""
+    if text == "":
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not host:port; write e.g. :9464 or 127.0.0.1:9464")
+    if not port.isdigit() or int(port) > MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{text!r}: the port must be a number from 0 to {MAX_PORT}")
+    if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+        raise argparse.ArgumentTypeError(f"{text!r}: write an IPv6 host in brackets, e.g. [::1]:9464")
+    return text
+
+
+def cgroup_pattern(text: str) -> str:
+    """A ``--root`` pattern: a cgroup path or glob, refused when empty, with NUL or ``..``. Whether
+    an absolute pattern lies under --cgroup-root is checked once the hierarchy is known."""
+    try:
+        return check_pattern(text)
+    except PatternError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
