@@ -34,7 +34,9 @@ from engine.config.pipeline import (
 )
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
+from engine.explain import read_ticks
 from engine.reload import ReloadConfig, Reloader
+from engine.sources.trace import read_trace
 from tests.builders import snapshot
 from tests.childproc import PEAK_GROWTH_LIMIT, MiB, needs_fork, run_in_child
 
@@ -344,3 +346,56 @@ def test_a_document_one_level_deeper_is_refused(tmp_path: Path) -> None:
     (problem,) = info.value.problems
     assert problem.location.line == 8 and f"deeper than {MAX_DEPTH}" in problem.message
     assert re.fullmatch(r"\d+", str(problem.location.column))
+
+
+# ------------------------------------------------------------------ the other files qosd reads
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        pytest.param("[" * 100_000, 1, MAX_DEPTH + 1, id="beyond-the-decoder"),
+        pytest.param(
+            '{"kind": "Evaluation", "a": ' + "[" * 200 + "]" * 200 + "}", 1, 28 + MAX_DEPTH, id="decoded"
+        ),
+        pytest.param(
+            '{"kind": "Evaluation"}\n{"a": "[[", "b": ' + "[" * 500 + "]" * 500 + "}\n",
+            2,
+            17 + MAX_DEPTH,
+            id="jsonl",
+        ),
+    ],
+)
+def test_explain_locates_json_nested_too_deep(tmp_path: Path, text: str, line: int, column: int) -> None:
+    """``qosd explain`` reads JSON written by qosd; a hand-edited or hostile one nested a few hundred
+    levels deep is a located error, not a RecursionError (from the decoder or the schema check).
+    The column is that of the bracket opening level MAX_DEPTH + 1 (the root's bracket is level 1)."""
+    path = tmp_path / "eval.json"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as info:
+        read_ticks(path)
+    deep = [p for p in info.value.problems if "nests deeper" in p.message]
+    assert [(p.location.line, p.location.column) for p in deep] == [(line, column)], info.value.format()
+
+
+def test_explain_and_traces_locate_undecodable_bytes(tmp_path: Path) -> None:
+    ticks = tmp_path / "eval.json"
+    ticks.write_bytes(b'{"kind": "Evaluation",\n "x": "caf\xe9"}\n')
+    with pytest.raises(PolicyError) as info:
+        read_ticks(ticks)
+    assert [(p.location.line, p.location.column) for p in info.value.problems] == [(2, 11)]
+    trace = tmp_path / "day.jsonl"
+    trace.write_bytes(b'{"kind": "Trace"}\n{"t": 1, "x": "\xff"}\n')
+    with pytest.raises(PolicyError) as info:
+        read_trace(trace)
+    assert [(p.location.line, p.location.column) for p in info.value.problems] == [(2, 16)]
+
+
+def test_a_trace_line_nested_too_deep_is_located(tmp_path: Path) -> None:
+    trace = tmp_path / "day.jsonl"
+    trace.write_text('{"kind": "Trace"}\n' + '{"t": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    with pytest.raises(PolicyError) as info:
+        read_trace(trace)
+    (problem,) = info.value.problems
+    assert (problem.location.line, problem.location.column) == (2, 7 + MAX_DEPTH - 1)
+    assert "nests deeper" in problem.message

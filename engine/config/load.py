@@ -9,6 +9,7 @@ and record the line and column of every key and value so later stages can point 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -225,6 +226,45 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> JsonPath | None:
         elif isinstance(v, list):
             stack.extend((item, (*path, i)) for i, item in enumerate(v))
     return None
+
+
+def json_loads_bounded(text: str, **kwargs: Any) -> Any:
+    """``json.loads`` for files qosd reads (audit logs, traces, eval output), refusing values nested
+    deeper than MAX_DEPTH with a ``json.JSONDecodeError`` at the bracket that goes too deep, so
+    neither the decoder (RecursionError at ~1000 levels) nor the recursive checks that run on the
+    value afterwards can fail with a traceback instead of a located error."""
+    try:
+        value = json.loads(text, **kwargs)
+    except RecursionError:
+        value = None
+    else:
+        if too_deep(value) is None:
+            return value
+    raise json.JSONDecodeError(
+        f"nests deeper than {MAX_DEPTH} levels", text, _json_bracket_at(text, MAX_DEPTH + 1)
+    )
+
+
+def _json_bracket_at(text: str, level: int) -> int:
+    """Index of the first bracket that opens nesting ``level`` in JSON text (0 if none)."""
+    depth, in_string, escaped = 0, False, False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth >= level:
+                return i
+        elif ch in "]}":
+            depth -= 1
+    return 0
 
 
 def nesting_problem(doc: Document) -> Problem | None:
@@ -537,7 +577,7 @@ def decode_utf8(raw: bytes, source: str) -> str:
                 Problem(
                     Location(source, line, column),
                     f"file is not UTF-8: byte {bad} cannot be decoded ({exc.reason})",
-                    "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`); qosd reads rule files "
+                    "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`); qosd reads its input files "
                     "as UTF-8 only",
                 )
             ]
