@@ -2,11 +2,16 @@
 
 Templates let one document serve nodes of different shapes ("min: {{ [4, node.numa_count] | max }}").
 They come from git repos and custom resources that many people can edit, so they run in an immutable
-sandbox with StrictUndefined: no Python internals, no imports, no files, no statements, and bounded
-ranges, powers and string growth. A value that is exactly one ``{{ expression }}`` renders to a native
-value (a number stays a number); anything else renders to a string.
+sandbox with StrictUndefined: no Python internals, no imports, no files, no statements. Memory is
+bounded three ways, each checked *before* the value is built (a refusal after building 800 MB is no
+refusal on a node daemon): every operation's result (MAX_WEIGHT, with the output predicted where it
+depends on an argument, as tojson's indent or round's precision), the template's length, and all
+that one document's templates build together (MAX_DOCUMENT_WEIGHT). A value that is exactly one
+``{{ expression }}`` renders to a native value (a number stays a number); anything else renders to a
+string.
 
-Rendering happens once per policy generation and node, never per tick.
+Rendering happens once per policy generation and node, never per tick (cgroup knob expressions,
+evaluated per tick, go through ``bounded_expression`` under the same limits).
 """
 
 from __future__ import annotations
