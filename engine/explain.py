@@ -34,7 +34,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from engine.config.errors import Location, PolicyError, Problem
-from engine.config.load import JsonPath, json_path, parse_documents
+from engine.config.load import JsonPath, decode_utf8, json_loads_bounded, json_path, parse_documents
 from engine.config.schema_check import inline_refs, validation_problems
 from engine.model.factnames import registry
 from engine.resources import data_dir
@@ -121,13 +121,10 @@ def read_ticks(path: Path) -> list[Tick]:
     """
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise PolicyError([Problem(Location(source), f"cannot read file: {exc.strerror or exc}")]) from None
-    except UnicodeDecodeError as exc:
-        raise PolicyError(
-            [Problem(Location(source, 1, 1), f"file is not UTF-8 text ({exc.reason})")]
-        ) from None
+    text = decode_utf8(raw, source)
     lines = text.splitlines()
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is None:
@@ -135,7 +132,7 @@ def read_ticks(path: Path) -> list[Tick]:
     if _is_json_line(lines[first]) and sum(1 for line in lines if line.strip()) > 1:
         return _read_jsonl(source, lines)
     try:
-        doc = json.loads(text)
+        doc = json_loads_bounded(text)
     except json.JSONDecodeError as exc:
         # Not JSON: maybe the same document as YAML, or a file of another kind (a facts snapshot
         # passed by mistake), which deserves a better message than a JSON syntax error.
@@ -152,7 +149,7 @@ def read_ticks(path: Path) -> list[Tick]:
 
 def _is_json_line(line: str) -> bool:
     try:
-        return isinstance(json.loads(line), dict)
+        return isinstance(json_loads_bounded(line), dict)
     except json.JSONDecodeError:
         return False
 
@@ -164,7 +161,7 @@ def _read_jsonl(source: str, lines: Sequence[str]) -> list[Tick]:
         if not line.strip():
             continue
         try:
-            doc = json.loads(line)
+            doc = json_loads_bounded(line)
         except json.JSONDecodeError as exc:
             problems.append(_json_error(source, exc, number - 1))
             continue

@@ -26,10 +26,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.config.errors import PolicyError, Problem
-from engine.config.load import parse_documents
+from engine.config.load import parse_documents, read_file
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents, validate
 from engine.model.factnames import registry
 from engine.model.node import NodeInfo
+from engine.resources import bundled_policy_files
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "rules"
@@ -86,17 +87,21 @@ spec:
 
 
 def bundled_documents() -> list[tuple[str, Any]]:
-    """(file name, document) for every YAML document under rules/, or the inline policy."""
-    out: list[tuple[str, Any]] = []
-    for path in sorted(RULES.rglob("*.y*ml")) if RULES.is_dir() else []:
-        try:
-            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-        except (yaml.YAMLError, OSError, UnicodeDecodeError):
-            continue  # a teammate's half-written file; the loader tests cover bad YAML
-        out.extend((str(path.relative_to(REPO)), d) for d in docs if isinstance(d, dict))
-    return out or [("inline", yaml.safe_load(INLINE_POLICY))]
+    """(file name, document) for every YAML document under rules/, read by qosd's own loader (so
+    the data is what qosd sees: YAML 1.2 scalars), plus the inline policy above.
+
+    A bundled file that does not parse fails here, at collection: it is shipped, so it is a bug.
+    """
+    out = [
+        (str(path.relative_to(REPO)), d.data)
+        for path in sorted(RULES.rglob("*.y*ml"))
+        for d in read_file(path)
+    ]
+    return [*out, ("inline", parse_documents(INLINE_POLICY, "inline")[0].data)]
 
 
+# The built-in layer validates on its own; the examples are overlays of it (they name its rules).
+BUILTIN_SOURCES = frozenset(str(f.relative_to(REPO)) for f in bundled_policy_files()) | {"inline"}
 BASE_DOCUMENTS = bundled_documents()
 
 
@@ -123,17 +128,35 @@ def selected_node(data: Any) -> NodeInfo:
         if isinstance(match, dict):
             labels.update({str(k): str(v) for k, v in match.items()})
         for e in sel.get("matchExpressions") or [] if isinstance(sel.get("matchExpressions"), list) else []:
-            if isinstance(e, dict) and e.get("operator") == "In" and isinstance(e.get("values"), list) and e["values"]:
+            if (
+                isinstance(e, dict)
+                and e.get("operator") == "In"
+                and isinstance(e.get("values"), list)
+                and e["values"]
+            ):
                 labels[str(e.get("key"))] = str(e["values"][0])
     return REFERENCE_NODE.with_labels(labels)
 
 
-def run_pipeline(path: Path, node: NodeInfo | None = None) -> list[Problem]:
+def run_pipeline(path: Path, node: NodeInfo | None = None, builtin: bool = False) -> list[Problem]:
     """load + validate (+ build_policy when valid): problems, or [] when a policy came out.
 
-    Any exception other than PolicyError propagates and fails the test.
+    Any exception other than PolicyError propagates and fails the test. With ``builtin`` the file
+    is checked over the built-in layer, as ``qosd validate FILE`` does.
     """
     source = str(path)
+    if builtin:
+        try:
+            docs = load_documents([path], builtin=True)
+        except PolicyError as exc:
+            return list(exc.problems)
+        problems = validate(docs)
+        if not problems and node is not None:
+            try:
+                build_policy(docs, node)
+            except PolicyError as exc:
+                problems = list(exc.problems)
+        return problems
     try:
         docs = load_documents([path], builtin=False)
     except PolicyError as exc:
@@ -164,18 +187,117 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # ------------------------------------------------------------------ (a) random YAML text
 
 FRAGMENTS = [
-    "\n", "\n", "\n", " ", "  ", "    ", "\t", "- ", "-", ": ", ":", "key", "a", "b", "name: x", "spec", "rules",
-    "apiVersion: qosd.io/v1alpha1\n", "kind: QoSPolicy\n", "metadata: {name: x}\n", "spec:\n", "  rules:\n",
-    "  pools:\n    - name: p\n", "      cpus: {count: 2}\n", "when: {node.memory.usage_percent: {gte: 70}}",
-    "{", "}", "[", "]", ",", "'", '"', "\\", "\\x00", "&a ", "*a", "&b ", "*b", "&a [*a]", "*nope",
-    "!!binary aGk=", "!!binary ", "!!python/object:os.system ", "!!python/object/apply:os.system [ls]",
-    "!!python/name:os.system", "!!str ", "!!int ", "!!float ", "!!map ", "!!seq ", "!!set ", "!!omap ",
-    "!!timestamp ", "!x ", "!<tag:x> ", "<<: ", "<<: *a\n", "<<: [*a, *b]\n", "---\n", "--- ", "...\n",
-    "%YAML 1.2\n", "%YAML 1.1\n", "%TAG !e! tag:e.com,2000:\n", "!e!x ", "#c", "# comment\n", "|\n", "|-\n",
-    ">\n", ">-\n", "? ", "~", "null", "Null", "true", "True", "off", "yes", "1e3", "1E3", "-1", "+1", "0x1F",
-    "0o17", "017", "1_000", "12345", "3.14", ".5", ".inf", "-.inf", ".nan", "2024-01-01", "12:30:00",
-    "é", "日本", "\u2028", "\u2029", "\u0085", "\ufeff", "\x00", "\x07", "\x1b", "\x7f", "\U0001f600", "\r\n",
-    "\r", "{{ node.cpus }}", "{{ node.nope }}", "{% include '/etc/passwd' %}",
+    "\n",
+    "\n",
+    "\n",
+    " ",
+    "  ",
+    "    ",
+    "\t",
+    "- ",
+    "-",
+    ": ",
+    ":",
+    "key",
+    "a",
+    "b",
+    "name: x",
+    "spec",
+    "rules",
+    "apiVersion: qosd.io/v1alpha1\n",
+    "kind: QoSPolicy\n",
+    "metadata: {name: x}\n",
+    "spec:\n",
+    "  rules:\n",
+    "  pools:\n    - name: p\n",
+    "      cpus: {count: 2}\n",
+    "when: {node.memory.usage_percent: {gte: 70}}",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    "'",
+    '"',
+    "\\",
+    "\\x00",
+    "&a ",
+    "*a",
+    "&b ",
+    "*b",
+    "&a [*a]",
+    "*nope",
+    "!!binary aGk=",
+    "!!binary ",
+    "!!python/object:os.system ",
+    "!!python/object/apply:os.system [ls]",
+    "!!python/name:os.system",
+    "!!str ",
+    "!!int ",
+    "!!float ",
+    "!!map ",
+    "!!seq ",
+    "!!set ",
+    "!!omap ",
+    "!!timestamp ",
+    "!x ",
+    "!<tag:x> ",
+    "<<: ",
+    "<<: *a\n",
+    "<<: [*a, *b]\n",
+    "---\n",
+    "--- ",
+    "...\n",
+    "%YAML 1.2\n",
+    "%YAML 1.1\n",
+    "%TAG !e! tag:e.com,2000:\n",
+    "!e!x ",
+    "#c",
+    "# comment\n",
+    "|\n",
+    "|-\n",
+    ">\n",
+    ">-\n",
+    "? ",
+    "~",
+    "null",
+    "Null",
+    "true",
+    "True",
+    "off",
+    "yes",
+    "1e3",
+    "1E3",
+    "-1",
+    "+1",
+    "0x1F",
+    "0o17",
+    "017",
+    "1_000",
+    "12345",
+    "3.14",
+    ".5",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "2024-01-01",
+    "12:30:00",
+    "é",
+    "日本",
+    "\u2028",
+    "\u2029",
+    "\u0085",
+    "\ufeff",
+    "\x00",
+    "\x07",
+    "\x1b",
+    "\x7f",
+    "\U0001f600",
+    "\r\n",
+    "\r",
+    "{{ node.cpus }}",
+    "{{ node.nope }}",
+    "{% include '/etc/passwd' %}",
 ]
 
 # Deep, but never near the depth where libyaml's composer overflows the C stack (about 30k levels on
@@ -247,7 +369,13 @@ def test_huge_number_literal_is_a_located_problem(workdir: Path, text: str) -> N
     assert problems
 
 
-EXPLICIT_NUMBER_TAGS = ["a: !!int abc\n", "a: !!float x\n", "a: !!int\n", "a: !!float 1.2.3\n", "a: !!int 0xZZ\n"]
+EXPLICIT_NUMBER_TAGS = [
+    "a: !!int abc\n",
+    "a: !!float x\n",
+    "a: !!int\n",
+    "a: !!float 1.2.3\n",
+    "a: !!int 0xZZ\n",
+]
 
 
 @pytest.mark.parametrize("text", EXPLICIT_NUMBER_TAGS, ids=[t.strip() for t in EXPLICIT_NUMBER_TAGS])
@@ -320,7 +448,9 @@ N = 100_000
         pytest.param("{a: " * N, id="flow-mappings"),
         pytest.param("- " * N + "x\n", id="inline-block-sequences", marks=SEGFAULT),
         pytest.param("? " * N + "x\n", id="nested-complex-keys", marks=SEGFAULT),
-        pytest.param("x: it's\ny: " + "[" * N + "]" * N + "\n", id="apostrophe-hides-brackets", marks=SEGFAULT),
+        pytest.param(
+            "x: it's\ny: " + "[" * N + "]" * N + "\n", id="apostrophe-hides-brackets", marks=SEGFAULT
+        ),
         pytest.param('x: say "hi\ny: ' + "[" * N + "]" * N + "\n", id="quote-hides-brackets", marks=SEGFAULT),
         pytest.param("x: a#b\ny: " + "[" * N + "]" * N + "\n", id="hash-inside-scalar"),
     ],
@@ -374,28 +504,142 @@ class Chooser:
 
 
 TEMPLATES = [
-    "{{ node.nope }}", "{{ nope }}", "{{ 1/0 }}", "{{ node.cpus }}", "{{ [4, node.numa_count] | max }}",
-    "{{ node.cpus * 0.5 }}", "{{ 10 ** 100000 }}", "{{ node.__class__ }}", "{% include '/etc/passwd' %}",
-    "{{ node.labels }}", "{{ [1, 2] }}", "{{ {'a': 1} }}", "{{ none }}", "{{ 'x' ~ node.name }}",
-    "pool-{{ node.name }}", "{{ range(10**9)|list }}", "{{ node.cpus > 4 }}", "{{ x.y }",
+    "{{ node.nope }}",
+    "{{ nope }}",
+    "{{ 1/0 }}",
+    "{{ node.cpus }}",
+    "{{ [4, node.numa_count] | max }}",
+    "{{ node.cpus * 0.5 }}",
+    "{{ 10 ** 100000 }}",
+    "{{ node.__class__ }}",
+    "{% include '/etc/passwd' %}",
+    "{{ node.labels }}",
+    "{{ [1, 2] }}",
+    "{{ {'a': 1} }}",
+    "{{ none }}",
+    "{{ 'x' ~ node.name }}",
+    "pool-{{ node.name }}",
+    "{{ range(10**9)|list }}",
+    "{{ node.cpus > 4 }}",
+    "{{ x.y }",
 ]
 REPLACEMENTS: list[Any] = [
-    "95", "70%", " 80 ", "", "abc", "é", "x" * 300, "true", "null", "~", "1h", "0s", "-5m", "2Gi", "500m",
-    "0-3", "3-1", "max", "In", "NotIn", "Exists", "gte", "dedicated_cores", "reclaimed_cores", "reclaim",
-    "share", "node.memory.usage_percent", [], [1, "a"], [None], {}, {"x": 1}, {"name": "x"}, None, True, False,
-    10**30, -(10**30), -1, 0, 1, 2, 100, 101, 1.5, -0.5, 1e300, math.inf, -math.inf, math.nan, *TEMPLATES,
+    "95",
+    "70%",
+    " 80 ",
+    "",
+    "abc",
+    "é",
+    "x" * 300,
+    "true",
+    "null",
+    "~",
+    "1h",
+    "0s",
+    "-5m",
+    "2Gi",
+    "500m",
+    "0-3",
+    "3-1",
+    "max",
+    "In",
+    "NotIn",
+    "Exists",
+    "gte",
+    "dedicated_cores",
+    "reclaimed_cores",
+    "reclaim",
+    "share",
+    "node.memory.usage_percent",
+    [],
+    [1, "a"],
+    [None],
+    {},
+    {"x": 1},
+    {"name": "x"},
+    None,
+    True,
+    False,
+    10**30,
+    -(10**30),
+    -1,
+    0,
+    1,
+    2,
+    100,
+    101,
+    1.5,
+    -0.5,
+    1e300,
+    math.inf,
+    -math.inf,
+    math.nan,
+    *TEMPLATES,
 ]
 KEY_NAMES = [
-    "name", "enabled", "spec", "metadata", "classes", "pools", "rules", "when", "then", "clearWhen", "for",
-    "cooldown", "match", "cpu", "memory", "size", "cpus", "count", "list", "min", "max", "remainder", "priority",
-    "nodeSelector", "matchLabels", "matchExpressions", "mode", "evict", "suppress", "victims", "classes ",
-    "Name", "nope", "all", "any", "not", "gte", "lt", "in", "exists", "window", "agg", "hysteresis", "",
-    "node.memory.usage_percent", "<<", "__class__", "{{ node.cpus }}",
+    "name",
+    "enabled",
+    "spec",
+    "metadata",
+    "classes",
+    "pools",
+    "rules",
+    "when",
+    "then",
+    "clearWhen",
+    "for",
+    "cooldown",
+    "match",
+    "cpu",
+    "memory",
+    "size",
+    "cpus",
+    "count",
+    "list",
+    "min",
+    "max",
+    "remainder",
+    "priority",
+    "nodeSelector",
+    "matchLabels",
+    "matchExpressions",
+    "mode",
+    "evict",
+    "suppress",
+    "victims",
+    "classes ",
+    "Name",
+    "nope",
+    "all",
+    "any",
+    "not",
+    "gte",
+    "lt",
+    "in",
+    "exists",
+    "window",
+    "agg",
+    "hysteresis",
+    "",
+    "node.memory.usage_percent",
+    "<<",
+    "__class__",
+    "{{ node.cpus }}",
 ]
 BOGUS_FACTS = [
-    "node.nope", "node.memory.usage", "node.memory", "node", "class.nope.cpu.usage_cores",
-    "class.reclaimed_cores.cpu.usage_cores", "class.x", "pod.class", "numa.id", "container.name",
-    "pod.kube_qos", "Node.cpus", "node.cpu.usage_percent.extra",
+    "node.nope",
+    "node.memory.usage",
+    "node.memory",
+    "node",
+    "class.nope.cpu.usage_cores",
+    "class.reclaimed_cores.cpu.usage_cores",
+    "class.x",
+    "pod.class",
+    "numa.id",
+    "container.name",
+    "pod.kube_qos",
+    "Node.cpus",
+    "node.cpu.usage_percent.extra",
 ]
 OPS = ["eq", "ne", "lt", "lte", "gt", "gte", "in", "exists", "window", "agg", "hysteresis", "between", "=="]
 FACT_NAMES = registry().names()
@@ -484,7 +728,9 @@ def _fact(doc: Any, ch: Chooser) -> Any:
     """Put a (possibly unknown, possibly mistyped) fact comparison into some rule's condition."""
     fact = ch.choice([ch.choice(FACT_NAMES), ch.choice(BOGUS_FACTS)])
     op = ch.choice(OPS)
-    operand = copy.deepcopy(ch.choice([70, 0.5, -1, True, "BE", "70", ["a", 1], None, "5m", "avg", *TEMPLATES[:4]]))
+    operand = copy.deepcopy(
+        ch.choice([70, 0.5, -1, True, "BE", "70", ["a", 1], None, "5m", "avg", *TEMPLATES[:4]])
+    )
     comparison = {fact: {op: operand}}
     paths = all_paths(doc)
     lists = [p for p, v in paths if p and p[-1] in ("all", "any") and isinstance(v, list)]
@@ -546,9 +792,12 @@ def test_mutated_policies_give_only_located_policy_errors(workdir: Path, case: t
 
 @pytest.mark.parametrize(("source", "doc"), BASE_DOCUMENTS, ids=[s for s, _ in BASE_DOCUMENTS])
 def test_unmutated_policies_round_trip_through_the_pipeline(workdir: Path, source: str, doc: Any) -> None:
-    """The baseline the mutations start from: dumped back, each document loads and validates."""
+    """The baseline the mutations start from: dumped back, each document loads, validates and
+    compiles without a single problem (a bundled profile on its own, an example over the built-in
+    layer), so a shipped file with e.g. ``priority: "not-a-number"`` fails here."""
     path = write_text(workdir, dump(doc))
-    run_pipeline(path, selected_node(doc))
+    problems = run_pipeline(path, selected_node(doc), builtin=source not in BUILTIN_SOURCES)
+    assert problems == [], f"{source} ({doc.get('metadata')}):\n" + "\n".join(p.format() for p in problems)
 
 
 # ------------------------------------------------------------------ (c) determinism

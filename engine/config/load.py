@@ -9,6 +9,7 @@ and record the line and column of every key and value so later stages can point 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import Composer
@@ -30,8 +31,18 @@ from engine.config.errors import Location, PolicyError, Problem, short
 JsonPath = tuple[str | int, ...]
 
 MAX_DEPTH = 64
-MAX_NODES = 200_000
+MAX_NODES = 100_000
 MAX_NUMBER_CHARS = 64
+# ConfigMaps hold at most 1 MiB and custom resources about 1.5 MiB; a rule file 8 times larger is a
+# pasted dump, and composing it would cost hundreds of MB before any other check ran.
+MAX_FILE_BYTES = 8 << 20
+
+# What YAML 1.1 (PyYAML, libyaml) accepts in a stream: tab, line breaks and printable characters.
+_NOT_PRINTABLE = re.compile(r"[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_NESTING_HINT = (
+    "rule documents need a handful of levels (spec.rules[].when.all[].not ...); nesting this deep "
+    "is a generated or pasted mistake, or an alias that expands into itself"
+)
 
 
 class Layer(IntEnum):
@@ -64,25 +75,75 @@ def _core_schema_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
     return resolvers
 
 
-class _PyLoader(yaml.SafeLoader):
+class _ComposeLimit(Exception):
+    """Raised by the composer at the node that breaks a limit, before the rest is composed."""
+
+    def __init__(self, mark: Any, message: str, hint: str):
+        super().__init__(message)
+        self.line = mark.line + 1 if mark is not None else 1
+        self.column = mark.column + 1 if mark is not None else 1
+        self.message = message
+        self.hint = hint
+
+
+class _LimitedComposer(Composer):
+    """PyYAML's composer recurses once per nesting level (a few Python frames each) and builds the
+    whole node graph of a document before anything else looks at it. Both are bounded here, at the
+    node that crosses the limit: ~500 nested flow mappings become a located "nests too deeply"
+    instead of a RecursionError at 1:1, and a huge flat list stops at MAX_NODES instead of
+    composing millions of nodes first. (Aliases are composed once and shared; the builder bounds
+    their expansion.)"""
+
+    _qosd_depth = 0
+    _qosd_nodes = 0
+
+    if TYPE_CHECKING:
+
+        def peek_event(self) -> Any: ...  # from the parser it is mixed with
+
+    def compose_document(self) -> Any:
+        self._qosd_depth = 0
+        self._qosd_nodes = 0
+        return super().compose_document()
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._qosd_nodes += 1
+        if self._qosd_depth >= MAX_DEPTH + 1:
+            raise _ComposeLimit(
+                self.peek_event().start_mark, f"document nests deeper than {MAX_DEPTH} levels", _NESTING_HINT
+            )
+        if self._qosd_nodes > MAX_NODES:
+            raise _ComposeLimit(
+                self.peek_event().start_mark,
+                f"document has more than {MAX_NODES} values",
+                "split it into several documents or files",
+            )
+        self._qosd_depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._qosd_depth -= 1
+
+
+class _PyLoader(_LimitedComposer, yaml.SafeLoader):
     yaml_implicit_resolvers = _core_schema_resolvers()
 
 
 def _loader_class() -> type[Any]:
     """libyaml's C parser for speed with PyYAML's Python composer for safety: libyaml's own composer
     recurses in C and crashes the process on pathologically nested input, while the Python one
-    raises RecursionError, which becomes a located problem."""
+    (bounded by _LimitedComposer) stops at the first node nested too deeply, with its position."""
     try:
         from yaml._yaml import CParser
     except ImportError:  # pragma: no cover - PyYAML built without libyaml
         return _PyLoader
 
-    class HybridLoader(Composer, CParser, SafeConstructor, Resolver):
+    class HybridLoader(_LimitedComposer, CParser, SafeConstructor, Resolver):
         yaml_implicit_resolvers = _core_schema_resolvers()
 
         def __init__(self, stream: str) -> None:
             CParser.__init__(self, stream)
-            Composer.__init__(self)
+            _LimitedComposer.__init__(self)
             SafeConstructor.__init__(self)
             Resolver.__init__(self)
 
@@ -152,6 +213,74 @@ class Document:
         return Location(self.source, line, col, "")
 
 
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> JsonPath | None:
+    """The path of a value nested more than ``limit`` levels inside ``value``, found without
+    recursion (so it works on exactly the values that would make a recursive walk fail)."""
+    stack: list[tuple[Any, JsonPath]] = [(value, ())]
+    while stack:
+        v, path = stack.pop()
+        if len(path) > limit:
+            return path
+        if isinstance(v, dict):
+            stack.extend((item, (*path, k)) for k, item in v.items())
+        elif isinstance(v, list):
+            stack.extend((item, (*path, i)) for i, item in enumerate(v))
+    return None
+
+
+def json_loads_bounded(text: str, **kwargs: Any) -> Any:
+    """``json.loads`` for files qosd reads (audit logs, traces, eval output), refusing values nested
+    deeper than MAX_DEPTH with a ``json.JSONDecodeError`` at the bracket that goes too deep, so
+    neither the decoder (RecursionError at ~1000 levels) nor the recursive checks that run on the
+    value afterwards can fail with a traceback instead of a located error."""
+    try:
+        value = json.loads(text, **kwargs)
+    except RecursionError:
+        value = None
+    else:
+        if too_deep(value) is None:
+            return value
+    raise json.JSONDecodeError(
+        f"nests deeper than {MAX_DEPTH} levels", text, _json_bracket_at(text, MAX_DEPTH + 1)
+    )
+
+
+def _json_bracket_at(text: str, level: int) -> int:
+    """Index of the first bracket that opens nesting ``level`` in JSON text (0 if none)."""
+    depth, in_string, escaped = 0, False, False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth >= level:
+                return i
+        elif ch in "]}":
+            depth -= 1
+    return 0
+
+
+def nesting_problem(doc: Document) -> Problem | None:
+    """A located problem if ``doc`` nests deeper than MAX_DEPTH.
+
+    Files are bounded when they are read; custom resources arrive as JSON from the API server,
+    which allows far deeper objects. Rendering, the schema check, merging and compiling all walk a
+    document recursively (several Python frames per level), so a document is refused before any of
+    them runs: what is accepted at MAX_DEPTH stays far below the interpreter's recursion limit.
+    """
+    path = too_deep(doc.data)
+    if path is None:
+        return None
+    return Problem(doc.locate(path), f"document nests deeper than {MAX_DEPTH} levels", _NESTING_HINT)
+
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -183,9 +312,15 @@ class _Builder:
     def build(self, node: yaml.Node, path: JsonPath, depth: int = 0) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
-            raise _TooBig(self._loc(node, path), f"document expands to more than {MAX_NODES} values")
+            raise _TooBig(
+                self._loc(node, path),
+                f"document expands to more than {MAX_NODES} values",
+                "split the document, or check for aliases (*name) that expand into many copies",
+            )
         if depth > MAX_DEPTH:
-            raise _TooBig(self._loc(node, path), f"document nests deeper than {MAX_DEPTH} levels")
+            raise _TooBig(
+                self._loc(node, path), f"document nests deeper than {MAX_DEPTH} levels", _NESTING_HINT
+            )
         self.marks.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if isinstance(node, yaml.ScalarNode):
             return self._scalar(node, path)
@@ -323,10 +458,11 @@ def _construct_scalar(tag: str, text: str) -> Any:
 
 
 class _TooBig(Exception):
-    def __init__(self, location: Location, message: str):
+    def __init__(self, location: Location, message: str, hint: str):
         super().__init__(message)
         self.location = location
         self.message = message
+        self.hint = hint
 
 
 _COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"})
@@ -348,10 +484,13 @@ def parse_documents(
 
     Empty documents (a stray ``---``) are skipped, as kubectl does.
     """
-    loader = _Loader(text)
+    bad = _NOT_PRINTABLE.search(text)
+    if bad is not None:
+        raise PolicyError([_unprintable(text, bad.start(), source)])
     docs: list[Document] = []
     problems: list[Problem] = []
     index = 0
+    loader = _Loader(text)
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -361,15 +500,15 @@ def parse_documents(
             try:
                 data = builder.build(node, ())
             except _TooBig as exc:
-                problems.append(
-                    Problem(exc.location, exc.message, "split the document or remove alias-expansion loops")
-                )
+                problems.append(Problem(exc.location, exc.message, exc.hint))
                 index += 1
                 continue
             problems.extend(builder.problems)
             if data is not None:
                 docs.append(Document(source, index, data, builder.marks, layer, path))
             index += 1
+    except _ComposeLimit as exc:
+        problems.append(Problem(Location(source, exc.line, exc.column), exc.message, exc.hint))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
@@ -384,13 +523,65 @@ def parse_documents(
         )
     except yaml.YAMLError as exc:
         problems.append(Problem(Location(source, 1, 1), f"YAML error: {exc}"))
-    except RecursionError:
-        problems.append(Problem(Location(source, 1, 1), "YAML nests too deeply to read"))
+    except (RecursionError, MemoryError) as exc:  # pragma: no cover - the limits above come first
+        problems.append(
+            Problem(
+                Location(source, 1, 1),
+                "YAML nests too deeply to read"
+                if isinstance(exc, RecursionError)
+                else "YAML too large to read",
+                _NESTING_HINT,
+            )
+        )
     finally:
         loader.dispose()
     if problems:
         raise PolicyError(problems)
     return docs
+
+
+def _line_column(text: str, index: int) -> tuple[int, int]:
+    """1-based line and column of ``text[index]``, as an editor counts them (lines end at \\n)."""
+    line_start = text.rfind("\n", 0, index) + 1
+    return text.count("\n", 0, index) + 1, index - line_start + 1
+
+
+def _unprintable(text: str, index: int, source: str) -> Problem:
+    char = text[index]
+    line, col = _line_column(text, index)
+    what = "control character" if ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 else "character"
+    return Problem(
+        Location(source, line, col),
+        f"{what} U+{ord(char):04X} is not allowed in YAML",
+        "delete it (it usually comes from a paste out of a terminal or a binary file); inside a "
+        f'double-quoted string write it as an escape, e.g. "\\x{ord(char):02x}"'
+        if ord(char) < 0x100
+        else f'delete it; inside a double-quoted string write it as an escape, e.g. "\\u{ord(char):04x}"',
+    )
+
+
+def decode_utf8(raw: bytes, source: str) -> str:
+    """``raw`` as UTF-8 text; an undecodable byte is a PolicyError at its line and column (counted
+    in characters, as an editor shows them), naming the bytes, because the usual cause is one
+    Latin-1 character pasted into an otherwise fine file."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = exc.start
+        line_start = raw.rfind(b"\n", 0, start) + 1
+        line = raw.count(b"\n", 0, start) + 1
+        column = len(raw[line_start:start].decode("utf-8", errors="replace")) + 1
+        bad = " ".join(f"0x{b:02x}" for b in raw[start : max(exc.end, start + 1)][:4])
+        raise PolicyError(
+            [
+                Problem(
+                    Location(source, line, column),
+                    f"file is not UTF-8: byte {bad} cannot be decoded ({exc.reason})",
+                    "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`); qosd reads its input files "
+                    "as UTF-8 only",
+                )
+            ]
+        ) from None
 
 
 def clear_caches() -> None:
@@ -402,22 +593,23 @@ def read_file(path: Path, layer: Layer = Layer.FILE, display: str | None = None)
     """Read one YAML file. Undecodable or unreadable files are located errors, not tracebacks."""
     source = display or str(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise PolicyError(
             [Problem(Location(source, 0, 0), f"cannot read file: {exc.strerror or exc}")]
         ) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
+    if len(raw) > MAX_FILE_BYTES:
         raise PolicyError(
             [
                 Problem(
-                    Location(source, 1, 1),
-                    f"file is not UTF-8 (byte {exc.start}: {short(raw[exc.start : exc.start + 4])})",
+                    Location(source, 0, 0),
+                    f"file is larger than {MAX_FILE_BYTES >> 20} MiB, more than qosd reads as rules",
+                    "a ConfigMap holds at most 1 MiB: check that the right file is mounted, or split it",
                 )
             ]
-        ) from None
+        )
+    text = decode_utf8(raw, source)
     key = (source, int(layer), hashlib.sha256(raw).hexdigest())
     cached = _FILE_CACHE.get(key)
     if cached is not None:

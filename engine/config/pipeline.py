@@ -17,7 +17,17 @@ from typing import Any
 
 from engine.config.compile import check_and_compile, document_problems
 from engine.config.errors import Location, PolicyError, Problem, UsageError
-from engine.config.load import Document, JsonPath, Layer, Marks, expand_paths, json_path, read_file
+from engine.config.load import (
+    Document,
+    JsonPath,
+    Layer,
+    Marks,
+    expand_paths,
+    json_path,
+    nesting_problem,
+    read_file,
+    too_deep,
+)
 from engine.config.merge import Merged, Rendered, conflicts, merge
 from engine.config.policy import Policy
 from engine.config.render import is_template, render_document
@@ -103,8 +113,8 @@ def _selector(doc: Document) -> Any:
 
 def applies_to(doc: Document, labels: Mapping[str, str]) -> bool:
     sel = _selector(doc)
-    if not isinstance(sel, dict):
-        return True
+    if not isinstance(sel, dict) or too_deep(sel) is not None:
+        return True  # prepare() reports what is wrong with it
     try:
         return matches(sel, labels)
     except (KeyError, TypeError, AttributeError):
@@ -141,6 +151,9 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
         return None, [
             Problem(doc.locate(()), "a rule document must be a mapping (apiVersion, kind, metadata, spec)")
         ]
+    deep = nesting_problem(doc)  # before the recursive walks below (render, schema, merge, compile)
+    if deep is not None:
+        return None, [deep]
     sel = _selector(doc)
     if _has_template(sel):
         problems.append(
@@ -164,11 +177,17 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
 
 
 def _has_template(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(_has_template(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_template(v) for v in value)
-    return is_template(value)
+    """Iterative: it runs on documents before their depth is checked."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif is_template(v):
+            return True
+    return False
 
 
 def build_policy(docs: list[Document], node: NodeInfo) -> Policy:

@@ -30,7 +30,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from engine.config.errors import Location, PolicyError, Problem
-from engine.config.load import JsonPath, json_path, read_file
+from engine.config.load import JsonPath, decode_utf8, json_loads_bounded, json_path, read_file
 from engine.config.schema_check import inline_refs, validation_problems
 from engine.model.facts import FactMap, Snapshot, Workload, flatten_metrics, snapshot_from_dict
 from engine.model.units import parse_duration, parse_quantity
@@ -189,9 +189,10 @@ def _read_jsonl(path: Path) -> tuple[dict[str, Any], Locate]:
     """Header on the first non-blank line, one sample per further line; ``#`` lines are comments."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
         raise PolicyError([Problem(Location(source, 1, 1), f"cannot read trace: {exc}")]) from None
+    text = decode_utf8(raw, source)
     header: dict[str, Any] | None = None
     header_line = 1
     samples: list[Any] = []
@@ -202,7 +203,7 @@ def _read_jsonl(path: Path) -> tuple[dict[str, Any], Locate]:
         if not stripped or stripped.startswith("#"):
             continue
         try:
-            value = json.loads(stripped, parse_constant=_no_constant)
+            value = json_loads_bounded(stripped, parse_constant=_no_constant)
         except ValueError as exc:
             col = getattr(exc, "colno", 1) + (len(line) - len(line.lstrip()))
             msg = getattr(exc, "msg", str(exc))

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Literal, get_args
 
 from engine.config.policy import OomPriority
-from engine.config.render import ENV, RenderError
+from engine.config.render import RenderError, bounded_expression
 from engine.config.render import weight as template_weight
 from engine.model.facts import Container, Workload
 
@@ -380,7 +380,7 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
             return _render_number(file, float(base) * percent / 100.0, formula)
 
         return percent_of
-    expression = ENV.compile_expression(str(knob["expr"]), undefined_to_none=False)
+    expression = bounded_expression(str(knob["expr"]))  # the limits of rule templates, per call
 
     def evaluate(w: Workload | None, node: Mapping[str, Any]) -> str | None:
         context = {"node": dict(node), "pod": _pod_context(w) if w is not None else {}}
