@@ -142,6 +142,7 @@ def test_rank(candidates: list[Candidate], keys: tuple[str, ...], expected: list
         pytest.param(cand("a", cls=BE), {"excludeClasses": ["be"]}, False, id="excluded-class"),
         pytest.param(cand("a", phase="Succeeded"), {}, False, id="finished-pods-not-victims"),
         pytest.param(cand("a", phase="Pending"), {}, True, id="pending-is-a-victim"),
+        pytest.param(cand("a", phase="Pending"), {"phases": ["Running"]}, False, id="phases-filter"),
         pytest.param(cand("a", labels={"x": "1"}), {"requireLabel": {"x": "1"}}, True, id="label-present"),
         pytest.param(cand("a", labels={"x": "2"}), {"requireLabel": {"x": "1"}}, False, id="label-differs"),
     ],
