@@ -1371,6 +1371,7 @@ def kernel_ticks(stat: str) -> tuple[int, int]:
     return busy, busy + idle + iowait + steal
 
 
+@pytest.mark.realproc
 @pytest.mark.skipif(not LINUX, reason="needs Linux /proc and /sys")
 def test_real_topology_and_node_metrics_have_the_right_shape() -> None:
     topo = read_topology()
@@ -1385,6 +1386,7 @@ def test_real_topology_and_node_metrics_have_the_right_shape() -> None:
     assert all(f["memory.total_bytes"] > 0 for f in numa.values())
 
 
+@pytest.mark.realproc
 @pytest.mark.skipif(not LINUX, reason="needs Linux /proc and /sys")
 def test_real_node_usage_is_the_arithmetic_on_the_kernel_counters() -> None:
     """Issue 14, defect 10 on the real /proc/stat: samples 30 ms apart (windows of about 3 ticks
@@ -1413,6 +1415,7 @@ def test_real_node_usage_is_the_arithmetic_on_the_kernel_counters() -> None:
     assert measured, "no window of 10 ticks per CPU in 40 samples 30 ms apart"
 
 
+@pytest.mark.realproc
 @pytest.mark.skipif(not LINUX, reason="needs Linux /proc and /sys")
 def test_real_snapshot_evaluates_with_the_bundled_default_policy() -> None:
     collector = standalone_collector()
@@ -1449,6 +1452,7 @@ def stop(proc: subprocess.Popen[bytes], usage: Path) -> int:
     raise AssertionError(f"pid {proc.pid} did not stop (state {state}), or its cgroup kept running")
 
 
+@pytest.mark.realcgroup
 def test_real_cgroup_v1_usage_is_the_kernels_counter_delta() -> None:
     """A busy process in a real v1 subtree, stopped while the collector takes each sample, so the
     test knows exactly what cpuacct.usage said to it; the collector's clock is a test clock one

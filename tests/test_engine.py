@@ -11,6 +11,7 @@ from engine.model.intents import EvictIntent
 from engine.plan.planner import Guards
 from engine.tick import TickResult, run_tick
 from tests.builders import GiB, pod, policy, snapshot
+from tests.test_durable_backend import HAVE_DURABLE, NO_DURABLE
 
 CLASSES = """\
 defaultClass: ls
@@ -162,18 +163,9 @@ rules:
     assert seen == [False, True, True, True, False, False]
 
 
-try:
-    import durable_rules_engine  # noqa: F401
-
-    DURABLE_MISSING = ""
-except ImportError as exc:
-    DURABLE_MISSING = f"durable_rules cannot be imported ({exc}): pip install 'qosd[durable]' on Python < 3.13"
-
 BACKENDS = [
     "python",
-    pytest.param(
-        "durable", marks=[pytest.mark.durable, pytest.mark.skipif(bool(DURABLE_MISSING), reason=DURABLE_MISSING)]
-    ),
+    pytest.param("durable", marks=[pytest.mark.durable, pytest.mark.skipif(not HAVE_DURABLE, reason=NO_DURABLE)]),
 ]
 
 
