@@ -528,6 +528,9 @@ TWO_CPUS = [(0, 0, 0, 0, "0", 0), (1, 1, 0, 0, "1", 0)]
         pytest.param([(0, 0), (5, 5), (9, 6), (15, 10)], [None, 1.0, 1.0, 2 * 10 / 15], id="stands-until-full"),
         # Every tick busy over 10 ticks: the full capacity, never above it, however the samples fall
         pytest.param([(0, 0), (3, 0), (7, 0), (11, 0), (21, 0)], [None, None, None, 2.0, 2.0], id="bounded"),
+        # an idle counter that stepped back (a NO_HZ iowait quirk) while the total still grew:
+        # 20 busy of 15 ticks would be 2.67 cores, clamped to the 2 CPUs
+        pytest.param([(0, 10), (20, 5)], [None, 2.0], id="idle-stepped-back-clamped"),
         # a counter that went backwards (CPU re-onlined) starts a new baseline, no negative usage
         pytest.param([(100, 100), (50, 160), (60, 170)], [None, None, 1.0], id="counter-reset"),
     ],
@@ -948,6 +951,19 @@ def test_collect_builds_a_full_snapshot(tmp_path: Path) -> None:
     clock.t += 1
     again = collector.collect()
     assert again.workloads is snap.workloads
+
+
+def test_collector_bounds_pod_usage_by_the_nodes_cpus(tmp_path: Path) -> None:
+    """The collector hands the topology's CPU count to the cgroup sampler: 20 CPU-seconds counted in
+    one second on 8 CPUs (a reading skewed against the clock) is reported as 8 cores."""
+    cg = v1_root(tmp_path)
+    v1_cgroup(cg, "qosd-demo/web", 0)
+    collector, clock = collector_for(tmp_path, cg)
+    collector.prime()
+    write(cg, "cpuacct/qosd-demo/web/cpuacct.usage", "20000000000\n")
+    clock.t += 1
+    snap = collector.collect()
+    assert snap.metrics.pods["qosd-demo/web"]["cpu.usage_cores"] == 8.0
 
 
 def test_tracked_files_expire_when_no_longer_tracked(tmp_path: Path) -> None:
