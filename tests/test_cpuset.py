@@ -188,6 +188,9 @@ def test_take_packed(name: str, available: str, n: int, reverse: bool, expected:
 
 # --------------------------------------------------------------------------- topology best fit
 
+# 16 CPUs, 2 sockets (one NUMA node each) of 4 two-thread cores, no L3 ids.
+SOCKETS_2X8 = formula(16, lambda i: {"numa": i // 8, "socket": i // 8, "core": i // 2})
+
 TOPOLOGY_CASES = [
     # (anchor, topology, available, n, expected)
     (
@@ -264,42 +267,42 @@ TOPOLOGY_CASES = [
     # fullest-used socket (fewest free CPUs) is consumed first, then the fullest-used core.
     (
         "best fit: socket 0 has 6 free, socket 1 has 8: a whole core from socket 0",
-        formula(16, lambda i: {"numa": i // 8, "socket": i // 8, "core": i // 2}),
+        SOCKETS_2X8,
         "2-15",
         2,
         "2-3",
     ),
     (
         "best fit: the socket with fewer free CPUs wins even with the higher id",
-        formula(16, lambda i: {"numa": i // 8, "socket": i // 8, "core": i // 2}),
+        SOCKETS_2X8,
         "0-9,12-13",
         2,
         "8-9",
     ),
     (
         "best fit: a single thread comes from the half-used core of the fuller socket",
-        formula(16, lambda i: {"numa": i // 8, "socket": i // 8, "core": i // 2}),
+        SOCKETS_2X8,
         "3-15",
         1,
         "3",
     ),
     (
         "best fit: a whole free socket first, the rest from the fullest-used core",
-        formula(16, lambda i: {"numa": i // 8, "socket": i // 8, "core": i // 2}),
+        SOCKETS_2X8,
         "1-15",
         9,
         "1,8-15",
     ),
     (
         "best fit: exactly a socket's worth takes the whole free socket, not the fuller one's cores",
-        formula(16, lambda i: {"numa": i // 8, "socket": i // 8, "core": i // 2}),
+        SOCKETS_2X8,
         "1-15",
         8,
         "8-15",
     ),
     (
         "best fit: three cores from the fuller socket before the emptier one",
-        formula(16, lambda i: {"numa": i // 8, "socket": i // 8, "core": i // 2}),
+        SOCKETS_2X8,
         "0-5,8-15",
         6,
         "0-5",
