@@ -245,7 +245,7 @@ def run(cg: DemoCgroups, name: str, load: Load, *, with_probe: bool, with_batch:
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(2.5)  # its first ticks: the batch cgroup is handled before the work starts
+        _wait_for_first_tick(daemon, audit)  # the batch cgroup is handled before the work starts
     timing = ["--duration", str(load.duration), "--warmup", str(load.warmup)]
     procs = {}
     try:
@@ -271,6 +271,18 @@ def run(cg: DemoCgroups, name: str, load: Load, *, with_probe: bool, with_batch:
             out.decisions = decisions(audit)
         audit.unlink(missing_ok=True)
     return out
+
+
+def _wait_for_first_tick(daemon: subprocess.Popen[str], audit: Path, limit: float = 120.0) -> None:
+    """Until the daemon's first tick is in its audit log (its writes are applied by then), it exits,
+    or ``limit`` seconds pass: a fixed sleep is too short on a loaded machine, where starting
+    Python and loading the policy alone can take seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and daemon.poll() is None:
+        with contextlib.suppress(OSError):
+            if b"\n" in audit.read_bytes():
+                return
+        time.sleep(0.05)
 
 
 def decisions(audit: Path) -> tuple[str, ...]:

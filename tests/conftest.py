@@ -12,6 +12,15 @@ import pytest
 from engine.config.errors import Problem
 from engine.config.pipeline import load_documents, validate
 from tests.kubeapi import ApiServer
+from tests.realparts import RealParts
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Real-part tests (real cgroups, durable_rules, /proc) may not skip where the machine has the
+    part: see tests/realparts.py. Registered here so every pytest run of the suite enforces it."""
+    if not config.pluginmanager.has_plugin("qosd-real-parts"):
+        config.pluginmanager.register(RealParts(), "qosd-real-parts")
+
 
 # A bug that reaches engine.cli.main fails its test with the traceback instead of becoming exit 70
 # (qosd processes the tests start inherit it too; tests of the one-line report unset it).

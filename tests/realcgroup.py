@@ -22,7 +22,7 @@ import pytest
 
 from engine.adapters.mounts import CgroupLayout, CgroupUnavailable
 
-CONTROLLERS = ("cpu", "cpuset", "memory")
+CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 UNLIMITED_V1 = str((2**63 - 1) // os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PAGE_SIZE"))
 
 
@@ -63,14 +63,16 @@ class Subtree:
 
     def mkdir(self, rel: str, cpus: str | None = None, mems: str | None = None) -> None:
         for c in CONTROLLERS:
-            self.dir(c, rel).mkdir()
+            if not self.dir(c, rel).is_dir():  # co-mounted controllers (cpu,cpuacct) share one
+                self.dir(c, rel).mkdir()
         if cpus is not None:
             (self.dir("cpuset", rel) / "cpuset.cpus").write_text(cpus)
         if mems is not None:
             (self.dir("cpuset", rel) / "cpuset.mems").write_text(mems)
 
-    def spawn(self, rel: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    def spawn(self, rel: str, argv: list[str], stdin: bool = False) -> subprocess.Popen[bytes]:
+        """Start ``argv`` and move it into ``rel`` (with ``stdin`` a pipe, to let it go on once moved)."""
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None)
         self.procs.append(proc)
         for c in CONTROLLERS:
             (self.dir(c, rel) / "cgroup.procs").write_text(str(proc.pid))
@@ -113,6 +115,8 @@ def real_subtree(children: tuple[str, ...] = ("app",), sleeper: str | None = "ap
         yield tree
     finally:
         for proc in tree.procs:
+            if proc.stdin is not None:
+                proc.stdin.close()
             for c in CONTROLLERS:
                 with contextlib.suppress(OSError):
                     (roots[c] / "cgroup.procs").write_text(str(proc.pid))

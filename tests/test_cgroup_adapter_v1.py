@@ -25,6 +25,7 @@ from engine.plan.cgroups import Desired, order_writes
 from engine.strategies.knobs import weight_to_shares
 from tests.realcgroup import CONTROLLERS, UNLIMITED_V1, Subtree, real_subtree, v1_layout
 
+pytestmark = pytest.mark.realcgroup  # tests/realparts.py: a skip fails where the machine has it
 
 @pytest.fixture
 def subtree() -> Iterator[Subtree]:
@@ -45,6 +46,7 @@ def test_hierarchy_is_detected_as_v1_or_hybrid(adapter: CgroupAdapter) -> None:
     assert adapter.layout.mode in ("v1", "hybrid")
 
 
+@pytest.mark.realcgroup(cpus=2)
 def test_writes_reach_the_kernel_and_the_process_and_repeat_as_no_ops(
     subtree: Subtree, adapter: CgroupAdapter
 ) -> None:
@@ -213,6 +215,7 @@ def test_cgroup_removed_between_plan_and_write_is_vanished(subtree: Subtree, ada
     assert [r.attempts for r in results] == [0, 0]
 
 
+@pytest.mark.realcgroup(cpus=2)
 def test_cpuset_outside_the_parent_is_refused_with_the_value_and_the_parents_set(
     subtree: Subtree, adapter: CgroupAdapter
 ) -> None:
@@ -239,6 +242,7 @@ def test_malformed_cpuset_is_einval_with_the_value(subtree: Subtree, adapter: Cg
     assert result.attempts == 1
 
 
+@pytest.mark.realcgroup(cpus=2)
 def test_narrowing_a_parent_below_its_child_is_not_retried(subtree: Subtree, adapter: CgroupAdapter) -> None:
     """v1 answers EBUSY when a child cpuset would fall outside; that is not transient."""
     cpus = sorted(parse_cpuset(subtree.read("cpuset", "", "cpuset.cpus")))
@@ -256,6 +260,7 @@ def test_negative_shares_is_einval_with_the_value(subtree: Subtree, adapter: Cgr
     assert subtree.read("cpu", "app", "cpu.shares") == "1024"
 
 
+@pytest.mark.realcgroup(swap_off=True)
 def test_memory_limit_below_unreclaimable_usage_is_retried_then_reported(
     subtree: Subtree, adapter: CgroupAdapter
 ) -> None:

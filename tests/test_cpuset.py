@@ -188,6 +188,9 @@ def test_take_packed(name: str, available: str, n: int, reverse: bool, expected:
 
 # --------------------------------------------------------------------------- topology best fit
 
+# 16 CPUs, 2 sockets (one NUMA node each) of 4 two-thread cores, no L3 ids.
+SOCKETS_2X8 = formula(16, lambda i: {"numa": i // 8, "socket": i // 8, "core": i // 2})
+
 TOPOLOGY_CASES = [
     # (anchor, topology, available, n, expected)
     (
@@ -259,6 +262,50 @@ TOPOLOGY_CASES = [
         ",".join(str(i) for i in range(0, 128, 3)),
         10,
         "0,3,6,9,12,15,18,24,27,30",
+    ),
+    # Best fit with sockets of unequal free CPUs (every anchor case above frees them equally): the
+    # fullest-used socket (fewest free CPUs) is consumed first, then the fullest-used core.
+    (
+        "best fit: socket 0 has 6 free, socket 1 has 8: a whole core from socket 0",
+        SOCKETS_2X8,
+        "2-15",
+        2,
+        "2-3",
+    ),
+    (
+        "best fit: the socket with fewer free CPUs wins even with the higher id",
+        SOCKETS_2X8,
+        "0-9,12-13",
+        2,
+        "8-9",
+    ),
+    (
+        "best fit: a single thread comes from the half-used core of the fuller socket",
+        SOCKETS_2X8,
+        "3-15",
+        1,
+        "3",
+    ),
+    (
+        "best fit: a whole free socket first, the rest from the fullest-used core",
+        SOCKETS_2X8,
+        "1-15",
+        9,
+        "1,8-15",
+    ),
+    (
+        "best fit: exactly a socket's worth takes the whole free socket, not the fuller one's cores",
+        SOCKETS_2X8,
+        "1-15",
+        8,
+        "8-15",
+    ),
+    (
+        "best fit: three cores from the fuller socket before the emptier one",
+        SOCKETS_2X8,
+        "0-5,8-15",
+        6,
+        "0-5",
     ),
     (
         "TestTakeByTopology 'zero CPU requirement'",

@@ -85,6 +85,7 @@ def adapter_of(d: Daemon) -> CgroupAdapter:
     return cgroup
 
 
+@pytest.mark.realcgroup
 def test_one_tick_enforces_the_bundled_policy_and_a_steady_state_writes_nothing(
     tree: Subtree, tmp_path: Path
 ) -> None:
@@ -110,6 +111,7 @@ def overlay(path: Path, shares: int) -> None:
     )
 
 
+@pytest.mark.realcgroup
 def test_rule_files_reload_and_a_half_written_file_keeps_the_last_good_generation(
     tree: Subtree, tmp_path: Path
 ) -> None:
@@ -139,6 +141,7 @@ def test_rule_files_reload_and_a_half_written_file_keeps_the_last_good_generatio
     assert failures == 1.0
 
 
+@pytest.mark.realcgroup
 def test_a_watched_rule_file_reloads_between_ticks_and_a_broken_save_is_rejected(
     tree: Subtree, tmp_path: Path
 ) -> None:
@@ -193,6 +196,7 @@ class SignalDuringApply:
         return out
 
 
+@pytest.mark.realcgroup
 def test_sigterm_mid_tick_finishes_the_whole_plan_then_stops(tree: Subtree, tmp_path: Path) -> None:
     d = daemon(tree, tmp_path, "--interval", "50ms")
     wrapped = SignalDuringApply(d.executor)
@@ -219,6 +223,7 @@ def run_qosd(tree: Subtree, tmp_path: Path, *extra: str) -> subprocess.Popen[str
     return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.realcgroup
 def test_kill_9_during_ticks_then_restart_converges_without_repeating_a_write(
     tree: Subtree, tmp_path: Path
 ) -> None:
@@ -254,6 +259,7 @@ def get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+@pytest.mark.realcgroup
 def test_metrics_health_and_readiness_over_http(tree: Subtree, tmp_path: Path) -> None:
     d = daemon(tree, tmp_path)
     host, port = d.serve("127.0.0.1:0")
@@ -276,6 +282,7 @@ def test_metrics_health_and_readiness_over_http(tree: Subtree, tmp_path: Path) -
         d._server.server_close()
 
 
+@pytest.mark.realcgroup
 def test_the_audit_log_is_read_by_qosd_explain(
     tree: Subtree, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -303,6 +310,7 @@ class CountingObserve:
         return self.inner(wanted)
 
 
+@pytest.mark.realcgroup
 def test_a_steady_daemon_rereads_each_managed_file_once_per_period_and_notices_a_change(
     tree: Subtree, tmp_path: Path
 ) -> None:

@@ -52,6 +52,7 @@ def test_simulated_fallback_replays_a_day_through_the_engine() -> None:
     assert "with reclaim" in text
 
 
+@pytest.mark.realcgroup
 def test_live_demo_on_real_cgroups_shows_qosd_deprioritizing_the_batch_cgroup() -> None:
     reason = DemoCgroups.available()
     if reason is not None:

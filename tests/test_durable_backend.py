@@ -19,7 +19,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -51,11 +51,15 @@ try:
 except ImportError as exc:
     HAVE_DURABLE, WHY_NOT = False, f"{exc}"
 
-needs_durable = pytest.mark.skipif(
-    not HAVE_DURABLE,
-    reason=f"durable_rules cannot be imported ({WHY_NOT}): optional extra, pip install 'qosd[durable]' "
-    "on Python < 3.13",
+NO_DURABLE = (
+    f"durable_rules cannot be imported ({WHY_NOT}): optional extra, pip install 'qosd[durable]' on Python < 3.13"
 )
+
+
+def needs_durable(test: Callable[..., None]) -> Callable[..., None]:
+    """Skips without durable_rules; marked ``durable``, so the skip fails the run where it is
+    importable (tests/realparts.py)."""
+    return pytest.mark.durable(pytest.mark.skipif(not HAVE_DURABLE, reason=NO_DURABLE)(test))
 
 GiB = float(1 << 30)
 NAN, INF = math.nan, math.inf
@@ -758,7 +762,7 @@ def fact_plan(policy: Policy) -> dict[str, list[tuple[str, str, list[Any]]]]:
 @pytest.fixture(scope="module", params=VARIANTS)
 def variant(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Variant]:
     if not HAVE_DURABLE:
-        pytest.skip(needs_durable.kwargs["reason"])
+        pytest.skip(NO_DURABLE)
     policy = variant_policy(request.param, tmp_path_factory.mktemp("policy"))
     python = Engine(policy)
     durable_engine = Engine(policy, backend="durable")
@@ -886,6 +890,7 @@ def run_sequence(v: Variant, data: st.DataObject) -> None:
         v.ticks_with_intents += any(i.provenance.rule in v.conditional for i in a.evaluation.intents)
 
 
+@pytest.mark.durable
 def test_differential_bundled_policies(variant: Variant) -> None:
     """>= 1,000 hypothesis-generated snapshots per bundled policy: the same decisions, tick by tick."""
 

@@ -11,6 +11,7 @@ from engine.model.intents import EvictIntent
 from engine.plan.planner import Guards
 from engine.tick import TickResult, run_tick
 from tests.builders import GiB, pod, policy, snapshot
+from tests.test_durable_backend import HAVE_DURABLE, NO_DURABLE
 
 CLASSES = """\
 defaultClass: ls
@@ -160,6 +161,100 @@ rules:
         seen.append(bool(r.plan.operations))
         s = r.state
     assert seen == [False, True, True, True, False, False]
+
+
+BACKENDS = [
+    "python",
+    pytest.param("durable", marks=[pytest.mark.durable, pytest.mark.skipif(not HAVE_DURABLE, reason=NO_DURABLE)]),
+]
+
+
+def fired_over(engine: Engine, steps: list[tuple[float, float]]) -> list[bool]:
+    """Whether the rule fired at each (time offset, node cpu.usage_percent) step, state carried."""
+    s = EngineState()
+    out = []
+    for at, percent in steps:
+        r = tick(engine, snapshot(time=1000 + at, node={"cpu.usage_percent": percent}), s)
+        out.append(bool(r.evaluation.fired))
+        s = r.state
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("condition", "percents", "expected"),
+    [
+        # gte 80, hysteresis 5: once fired it holds down to 75 inclusive, then it needs 80 again
+        ("{gte: 80, hysteresis: 5}", [79.9, 80, 75, 74.99, 76, 80], [False, True, True, False, False, True]),
+        # gt: strict at both thresholds
+        ("{gt: 80, hysteresis: 5}", [80, 80.1, 75.1, 75, 80.1], [False, True, True, False, True]),
+        # lte / lt: the margin is above the threshold
+        ("{lte: 20, hysteresis: 5}", [20.1, 20, 25, 25.01, 24, 20], [False, True, True, False, False, True]),
+        ("{lt: 20, hysteresis: 5}", [20, 19.9, 24.9, 25, 19.9], [False, True, True, False, True]),
+        # without hysteresis the threshold alone decides, latched or not
+        ("{gte: 80}", [80, 79.99, 80], [True, False, True]),
+        # a fractional margin
+        ("{gte: 80, hysteresis: 0.5}", [80, 79.5, 79.49, 79.6], [True, True, False, False]),
+    ],
+    ids=["gte", "gt", "lte", "lt", "none", "fraction"],
+)
+def test_hysteresis_table(backend: str, condition: str, percents: list[float], expected: list[bool]) -> None:
+    rules = f"""\
+rules:
+  - name: hot
+    when: {{node.cpu.usage_percent: {condition}}}
+    then: {{condition: {{type: CPUPressure, reason: Hot}}}}
+"""
+    engine = Engine(policy(CLASSES + rules), backend=backend)
+    assert fired_over(engine, [(float(i), p) for i, p in enumerate(percents)]) == expected
+
+
+@pytest.mark.parametrize(
+    ("timing", "steps", "expected"),
+    [
+        # cooldown 4s counts from the last firing; exactly 4 s later it may fire again
+        ("cooldown: 4s", [(0, 90), (2, 90), (3.9, 90), (4, 90), (7, 90), (8, 90)],
+         [True, False, False, True, False, True]),
+        # the condition dropping in between does not end the cooldown (a new episode still waits)
+        ("cooldown: 4s", [(0, 90), (1, 10), (2, 90), (4, 90)], [True, False, False, True]),
+        # for (sustain): held for the whole duration, exactly 10 s counts
+        ("for: 10s", [(0, 90), (9.9, 90), (10, 90), (11, 90)], [False, False, True, True]),
+        # a drop restarts the timer from the next time it holds
+        ("for: 10s", [(0, 90), (5, 10), (6, 90), (15.9, 90), (16, 90)], [False, False, False, False, True]),
+        # for: 0s fires at once
+        ("for: 0s", [(0, 90), (1, 10), (2, 90)], [True, False, True]),
+        # sustain, then cooldown: the timer keeps running through the cooldown
+        ("for: 2s\n    cooldown: 5s", [(0, 90), (2, 90), (3, 90), (7, 90), (8, 90)],
+         [False, True, False, True, False]),
+    ],
+    ids=["cooldown", "cooldown-across-episodes", "sustain", "sustain-reset", "sustain-zero", "sustain-cooldown"],
+)
+def test_sustain_and_cooldown_table(timing: str, steps: list[tuple[float, float]], expected: list[bool]) -> None:
+    rules = f"""\
+rules:
+  - name: hot
+    when: {{node.cpu.usage_percent: {{gte: 80}}}}
+    {timing}
+    then: {{condition: {{type: CPUPressure, reason: Hot}}}}
+"""
+    assert fired_over(engine_for(rules), steps) == expected
+
+
+@pytest.mark.parametrize(
+    ("rule_cooldown", "evict_cooldown", "effective"),
+    [("", "", 0.0), ("cooldown: 2s\n    ", "", 2.0), ("", "cooldown: 4s, ", 4.0),
+     ("cooldown: 2s\n    ", "cooldown: 4s, ", 4.0), ("cooldown: 5s\n    ", "cooldown: 4s, ", 5.0)],
+)
+def test_the_longer_of_the_rule_and_evict_cooldowns_applies(rule_cooldown: str, evict_cooldown: str, effective: float) -> None:
+    """Katalyst and Koordinator configure a cooldown per evictor; a rule may add its own."""
+    rules = f"""\
+rules:
+  - name: mem-evict
+    when: {{node.memory.usage_percent: {{gte: 70}}}}
+    {rule_cooldown}then:
+      evict: {{{evict_cooldown}victims: {{classes: [be]}}, release: {{lowerPercent: 68}}}}
+"""
+    assert engine_for(rules).cooldowns["mem-evict"] == effective
 
 
 def test_clear_when_holds_a_rule_until_it_is_true() -> None:

@@ -44,7 +44,6 @@ from engine.sources.files import FileReader, PinnedReader, TickReader, read_many
 from engine.sources.standalone import StandaloneConfig, StandaloneSource
 from tests.builders import snapshot
 from tests.test_collectors import (
-    HZ,
     PAGE,
     Clock,
     CountingOpener,
@@ -206,7 +205,6 @@ def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files
         clock=clock,
         monotonic=clock,
         page_size=PAGE,
-        hz=HZ,
     )
     collector.collect()
     opener.opens.clear()
@@ -248,7 +246,6 @@ def test_a_vanished_cgroups_descriptors_are_closed(tmp_path: Path) -> None:
         clock=clock,
         monotonic=clock,
         page_size=PAGE,
-        hz=HZ,
     )
     collector.collect()
     held = pinned.pinned

@@ -9,7 +9,13 @@ configurable so tests run on temporary trees with the kernel's file names.
 Facts per cgroup (names as in the facts schema's resourceUse/memoryUse):
 
 - ``cpu.usage_cores``: the growth of v1 ``cpuacct.usage`` (ns) or v2 ``cpu.stat usage_usec`` per
-  second of wall time (Koordinator's pod collector: delta usage over delta time).
+  second of wall time (Koordinator's pod collector: delta usage over delta time), over at least
+  ``MIN_WINDOW_SECONDS``: a sample that comes sooner keeps the baseline, and the last rate stands.
+  The counter and the clock are read at different instants, and a collector descheduled between
+  the two (a loaded node) stretches one interval and not the other, more so the shorter the window.
+  So the rate is clamped to [0, node CPUs] (``capacity``), the one bound that holds for any cgroup
+  over any window; a CFS quota does not (a cgroup may run several CPUs for part of a period) and a
+  cpuset would cost another read per cgroup per tick.
 - ``cpu.throttled_ratio``: nr_throttled / nr_periods between two ticks, from ``cpu.stat`` (v2
   always; v1 when ``throttling`` is on, since it is an extra file in the cpu controller).
 - ``memory.usage_bytes``: inactive_anon + active_anon + unevictable of ``memory.stat`` (v1 with
@@ -41,7 +47,7 @@ from typing import Any
 
 from engine.model.units import int_or_none
 from engine.sources.files import Reader, read_many
-from engine.sources.procfs import psi_facts, rate
+from engine.sources.procfs import MIN_WINDOW_SECONDS, psi_facts, rate
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 PSI_FILES = (("cpu", "cpu.pressure"), ("memory", "memory.pressure"), ("io", "io.pressure"))
@@ -178,13 +184,14 @@ class _Prev:
     """Per cgroup: the previous counters, the last memory facts, its file names and its memory
     phase (built once)."""
 
-    __slots__ = ("at", "cpu", "files", "memory", "periods", "phase", "seen", "throttled")
+    __slots__ = ("at", "cpu", "files", "memory", "periods", "phase", "rate", "seen", "throttled")
 
     def __init__(self, files: tuple[str, ...], phase: int) -> None:
         self.files = files
         self.phase = phase
-        self.at: float | None = None
+        self.at: float | None = None  # when ``cpu`` (the baseline of the next rate) was read
         self.cpu: int | None = None
+        self.rate: float | None = None  # the last rate, reported until a full window passed
         self.periods: int | None = None
         self.throttled: int | None = None
         self.memory: dict[str, float] | None = None
@@ -204,8 +211,11 @@ class CgroupMetrics:
         self._prev: dict[str, _Prev] = {}
         self._batch: tuple[Sequence[str], list[tuple[str, _Prev]], list[str]] | None = None
 
-    def sample(self, paths: Sequence[str], now: float, tick: int) -> dict[str, dict[str, Any]]:
-        """Facts per cgroup path at monotonic time ``now`` (``tick`` counts collections).
+    def sample(
+        self, paths: Sequence[str], now: float, tick: int, capacity: float | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Facts per cgroup path at monotonic time ``now`` (``tick`` counts collections); CPU usage
+        is at most ``capacity`` cores (the node's CPUs).
 
         Between staggered reads a cgroup's last memory facts stand; it has none once it is gone (its
         CPU counter is unreadable) or its memory files are, so a vanished workload never carries
@@ -226,12 +236,9 @@ class CgroupMetrics:
                 elif due or counter is None:
                     prev.memory = None
                 facts: dict[str, Any] = prev.memory.copy() if prev.memory else {}
-                if counter is not None and prev.cpu is not None and prev.at is not None:
-                    cores = rate(prev.cpu, counter, now - prev.at, 1e9)
-                    if cores is not None:
-                        facts["cpu.usage_cores"] = cores
-                prev.cpu = counter
-                prev.at = now
+                cores = self._cpu_rate(prev, now, counter, 1e9, capacity)
+                if cores is not None:
+                    facts["cpu.usage_cores"] = cores
                 if facts:
                     out[path] = facts
         else:
@@ -240,7 +247,8 @@ class CgroupMetrics:
                 prev.seen = tick
                 due = every <= 1 or prev.memory is None or (tick + prev.phase) % every == 0
                 facts = {}
-                alive, memory = self._v2(prev, now, facts, due) if v2 else self._v1(prev, now, facts, due)
+                sample_one = self._v2 if v2 else self._v1
+                alive, memory = sample_one(prev, now, facts, due, capacity)
                 if memory is not None:
                     prev.memory = memory
                     facts.update(memory)
@@ -248,7 +256,6 @@ class CgroupMetrics:
                     prev.memory = None
                 elif prev.memory:
                     facts.update(prev.memory)
-                prev.at = now
                 if facts:
                     out[path] = facts
         if len(known) > len(cgroups):  # forget cgroups that are gone, and their open files
@@ -293,13 +300,18 @@ class CgroupMetrics:
 
     @staticmethod
     def _cpu_rate(
-        prev: _Prev, now: float, counter: int | None, per_second: float, facts: dict[str, Any]
-    ) -> None:
-        if counter is not None and prev.cpu is not None and prev.at is not None:
-            cores = rate(prev.cpu, counter, now - prev.at, per_second)
-            if cores is not None:
-                facts["cpu.usage_cores"] = cores
-        prev.cpu = counter
+        prev: _Prev, now: float, counter: int | None, per_second: float, capacity: float | None
+    ) -> float | None:
+        """The cgroup's CPU usage in cores, advancing its baseline once a full window has passed
+        (see the module docstring); None without a baseline or when the counter restarted."""
+        if counter is None or prev.cpu is None or prev.at is None or counter < prev.cpu:
+            prev.cpu, prev.at, prev.rate = counter, now, None  # a new baseline
+            return None
+        if now - prev.at < MIN_WINDOW_SECONDS:
+            return prev.rate
+        prev.rate = rate(prev.cpu, counter, now - prev.at, per_second, capacity)
+        prev.cpu, prev.at = counter, now
+        return prev.rate
 
     @staticmethod
     def _throttling(prev: _Prev, stat: Mapping[str, int], facts: dict[str, Any]) -> None:
@@ -311,13 +323,17 @@ class CgroupMetrics:
             facts["cpu.throttled_ratio"] = (throttled - prev.throttled) / dp if dp else 0.0
         prev.periods, prev.throttled = periods, throttled
 
-    def _v1(self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool) -> Sampled:
+    def _v1(
+        self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool, capacity: float | None
+    ) -> Sampled:
         """CPU (and throttling) into ``facts``; whether the CPU counter was readable, and the memory
         facts when due and readable."""
         read = self.reader.read
         usage_file, cpu_stat_file = prev.files[:2]
         counter = int_or_none(read(usage_file))
-        self._cpu_rate(prev, now, counter, 1e9, facts)
+        cores = self._cpu_rate(prev, now, counter, 1e9, capacity)
+        if cores is not None:
+            facts["cpu.usage_cores"] = cores
         if self.options.throttling:
             text = read(cpu_stat_file)
             if text is not None:
@@ -332,12 +348,16 @@ class CgroupMetrics:
             return None
         return memory_facts(parse_stat_keys(stat, _V1_STAT), int_or_none(read(prev.files[3])))
 
-    def _v2(self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool) -> Sampled:
+    def _v2(
+        self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool, capacity: float | None
+    ) -> Sampled:
         read = self.reader.read
         cpu_stat_file, stat_file, current_file, *psi_files = prev.files
         text = read(cpu_stat_file)
         stat = parse_stat_keys(text, _CPU_STAT) if text is not None else {}
-        self._cpu_rate(prev, now, stat.get("usage_usec"), 1e6, facts)
+        cores = self._cpu_rate(prev, now, stat.get("usage_usec"), 1e6, capacity)
+        if cores is not None:
+            facts["cpu.usage_cores"] = cores
         self._throttling(prev, stat, facts)
         if self.options.psi:
             for (resource, _), name in zip(PSI_FILES, psi_files, strict=True):

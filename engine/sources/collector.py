@@ -304,7 +304,6 @@ class NodeCollector:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         page_size: int | None = None,
-        hz: int | None = None,
         observe: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
     ) -> None:
         self.source = workloads
@@ -316,7 +315,7 @@ class NodeCollector:
         self.allocatable: Mapping[str, float] = MappingProxyType(dict(allocatable or {}))
         self.resctrl = resctrl
         self.topology_source = TopologySource(sysfs, procfs, self.reader, node_name, node_labels)
-        self.proc = ProcSource(self.reader, procfs, sysfs, page_size, hz)
+        self.proc = ProcSource(self.reader, procfs, sysfs, page_size)
         self.ticks = 0
         self._tracked: dict[tuple[str, str], int] = {}
         self._tracked_version = 0  # bumped when a pair starts or stops being tracked
@@ -423,8 +422,9 @@ class NodeCollector:
         """Take baseline counters so the first ``collect`` already has CPU usage."""
         self.reader.begin_tick()
         now = self.monotonic()
-        self.proc.sample(self.topology_source.topology, now)
-        self.cgroups.sample(self._sampled_paths(self.source.workloads()), now, self.ticks)
+        self.proc.sample(self.topology_source.topology)
+        capacity = float(len(self.topology_source.topology.cpus)) or None
+        self.cgroups.sample(self._sampled_paths(self.source.workloads()), now, self.ticks, capacity)
 
     def collect(self) -> Snapshot:
         self.reader.begin_tick()
@@ -434,14 +434,15 @@ class NodeCollector:
         wall = self.clock()
         topo = self.topology_source
         topology = topo.topology
-        node, numa = self.proc.sample(topology, now)
+        node, numa = self.proc.sample(topology)
         node["reclaim.metrics_age_seconds"] = self._metrics_age(node, now)
         if self.options.workload_psi_cgroup is not None and self.cgroup.version == 2:
             base = self.cgroup.dir(self.options.workload_psi_cgroup)
             for resource in ("cpu", "memory", "io"):
                 psi_facts(f"workload_psi.{resource}", self.reader.read(f"{base}/{resource}.pressure"), node)
         workloads = self.source.workloads()
-        per_cgroup = self.cgroups.sample(self._sampled_paths(workloads), now, tick)
+        capacity = float(len(topology.cpus)) or None
+        per_cgroup = self.cgroups.sample(self._sampled_paths(workloads), now, tick, capacity)
         pods: dict[str, dict[str, Any]] = {}
         containers: dict[str, dict[str, Any]] = {}
         pod_usage = 0.0

@@ -3,11 +3,17 @@
 What each fact means, and which anchor defines it:
 
 - ``cpu.usage_cores``: busy ticks of /proc/stat (user + nice + system + irq + softirq; steal and
-  idle/iowait are not usage, guest time is already inside user/nice) between two ticks, over the
-  elapsed wall time in ticks: Koordinator's node collector (``parseCPUStatUsageTicks``,
-  ``GetPeriodTicks``). Per NUMA node the same sum runs over the ``cpuN`` lines of its CPUs.
+  idle/iowait are not usage, guest time is already inside user/nice) between two samples, as a share
+  of all ticks the kernel counted on those CPUs in the same interval (busy + idle + iowait + steal),
+  times the number of CPUs. The busy fields are Koordinator's (``parseCPUStatUsageTicks``); the
+  denominator is the kernel's own elapsed ticks rather than Koordinator's wall time
+  (``GetPeriodTicks``), as procps ``top`` does: the wall clock and the file are read at different
+  instants, and under load a reader descheduled between the two stretches one interval and shrinks
+  the other, which is how a 50 ms window once read 2.13 cores on 2 CPUs. With the kernel's own
+  ticks busy <= all and the usage cannot pass the CPU count. Per NUMA node the same sums run over the
+  ``cpuN`` lines of its CPUs.
 - ``numa.cpu.system_usage_percent``: kernel time (system + irq + softirq) of the NUMA node's CPUs as
-  a percent of those CPUs, the input of Katalyst's NUMA sys-CPU pressure plugin.
+  a percent of those CPUs' ticks, the input of Katalyst's NUMA sys-CPU pressure plugin.
 - ``memory.usage_bytes``: MemTotal - MemAvailable, Koordinator's node usage without page cache
   (``MemInfo.MemUsageBytes``); per NUMA node MemTotal - (MemFree + Active(file) + Inactive(file) +
   SReclaimable), because node meminfo has no MemAvailable (``MemInfo.NUMAMemUsageBytes``).
@@ -24,8 +30,15 @@ What each fact means, and which anchor defines it:
 - ``load.load{1,5,15}`` from /proc/loadavg; ``psi.{cpu,memory,io}.{some,full}.{avg10,avg60,avg300,
   total}`` from /proc/pressure (absent when the kernel runs without PSI).
 
-Usage needs two samples: the first tick after start has no ``cpu.usage_*`` facts (a condition on a
-missing fact is false), unless the collector was primed.
+Usage needs two samples at least ``MIN_WINDOW_TICKS`` per CPU apart (USER_HZ is 100, so 0.1 s):
+the busy fields advance a whole tick at a time, so over 5 ticks one tick more or less is 20 % of a
+core, over 100 ticks (the daemon's 1 s) 1 %. A sample that comes sooner keeps the earlier sample as
+the baseline and reports the last usage computed over a full window, as staggered memory facts stand
+between reads; the first tick after start has no ``cpu.usage_*`` facts (a condition on a missing
+fact is false) unless the collector was primed at least that long before. Every usage is clamped to
+[0, CPUs]: with the kernel's ticks the bound already holds, the clamp only keeps a kernel whose idle
+counter steps (a NO_HZ iowait quirk) from reporting an impossible figure. Memory percents are
+floored integers of used <= total, so within [0, 100].
 """
 
 from __future__ import annotations
@@ -43,6 +56,9 @@ from engine.sources.sysfs import NODE_DIR
 PSI_RESOURCES = ("cpu", "memory", "io")
 BUSY_FIELDS = (1, 2, 3, 6, 7)  # user nice system . . irq softirq (fields of a "cpu" line)
 KERNEL_FIELDS = (3, 6, 7)  # system irq softirq
+ALL_FIELDS = (1, 2, 3, 4, 5, 6, 7, 8)  # ... idle iowait ... steal; guest is already in user/nice
+MIN_WINDOW_TICKS = 10  # per CPU; see the module docstring
+MIN_WINDOW_SECONDS = 0.1  # the same window for counters read against the clock (cgroups)
 
 
 # ---------------------------------------------------------------------------------------- parsers
@@ -50,10 +66,16 @@ KERNEL_FIELDS = (3, 6, 7)  # system irq softirq
 
 @dataclass(frozen=True, slots=True)
 class CpuTimes:
-    """Cumulative ticks of one ``cpu``/``cpuN`` line of /proc/stat."""
+    """Cumulative ticks of one ``cpu``/``cpuN`` line of /proc/stat: busy, kernel, and all of them
+    (busy + idle + iowait + steal: the time the kernel accounted on those CPUs)."""
 
     busy: int
     kernel: int
+    total: int
+
+    def follows(self, earlier: CpuTimes) -> bool:
+        """No counter went backwards since ``earlier`` (else the CPU was re-onlined: no rate)."""
+        return self.busy >= earlier.busy and self.kernel >= earlier.kernel and self.total >= earlier.total
 
 
 def _cpu_times(fields: list[str]) -> CpuTimes | None:
@@ -62,9 +84,10 @@ def _cpu_times(fields: list[str]) -> CpuTimes | None:
     try:
         busy = sum(int(fields[i]) for i in BUSY_FIELDS)
         kernel = sum(int(fields[i]) for i in KERNEL_FIELDS)
+        total = sum(int(fields[i]) for i in ALL_FIELDS if i < len(fields))  # steal since 2.6.11
     except ValueError:
         return None
-    return CpuTimes(busy, kernel)
+    return CpuTimes(busy, kernel, total)
 
 
 def parse_stat(text: str) -> tuple[CpuTimes | None, dict[int, CpuTimes]]:
@@ -232,16 +255,29 @@ def parse_zoneinfo(text: str, page_size: int) -> list[Zone]:
 # ---------------------------------------------------------------------------------------- rates
 
 
-def rate(previous: float, current: float, seconds: float, per_second: float) -> float | None:
+def rate(
+    previous: float, current: float, seconds: float, per_second: float, limit: float | None = None
+) -> float | None:
     """A cumulative counter's growth per second in its own unit over ``per_second``, i.e. cores for
     CPU time (ticks with USER_HZ, ns with 1e9, us with 1e6). None when there is no interval or the
-    counter went backwards (a CPU came back from hotplug, a cgroup was recreated at the same path)."""
+    counter went backwards (a CPU came back from hotplug, a cgroup was recreated at the same path).
+
+    ``limit`` is what the counter can grow by per second at most (the CPUs that could run it): a
+    figure above it is measurement skew (the clock and the counter are read at different instants,
+    and a reader descheduled in between stretches one and not the other), reported as ``limit``."""
     if seconds <= 0:
         return None
     delta = current - previous
     if delta < 0:
         return None
-    return delta / (seconds * per_second)
+    value = delta / (seconds * per_second)
+    return min(value, limit) if limit is not None else value
+
+
+def share(part: int, whole: int, cpus: int) -> float:
+    """``part`` of ``whole`` ticks on ``cpus`` CPUs, in cores, within [0, cpus] (see the module
+    docstring for why the clamp is there)."""
+    return min(max(part / whole * cpus, 0.0), float(cpus)) if whole > 0 else 0.0
 
 
 # ---------------------------------------------------------------------------------------- source
@@ -256,26 +292,26 @@ class ProcSource:
         procfs: Path = Path("/proc"),
         sysfs: Path = Path("/sys"),
         page_size: int | None = None,
-        hz: int | None = None,
     ) -> None:
         self.reader = reader
         self.procfs = str(procfs)
         self.node_dir = str(sysfs / NODE_DIR)
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
-        self.hz = hz or os.sysconf("SC_CLK_TCK")
-        self._prev_at: float | None = None
-        self._prev_total: CpuTimes | None = None
+        self._prev_total: CpuTimes | None = None  # the baseline sample of the next usage
         self._prev_cpus: dict[int, CpuTimes] = {}
+        self._last_node: dict[str, float] = {}  # the usage of the last full window
+        self._last_numa: dict[int, dict[str, float]] = {}
 
     def forget(self) -> None:
         """Drop the previous counters (after a topology change the CPU ids may mean other CPUs)."""
-        self._prev_at, self._prev_total, self._prev_cpus = None, None, {}
+        self._prev_total, self._prev_cpus, self._last_node, self._last_numa = None, {}, {}, {}
 
-    def sample(self, topology: Topology, now: float) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
-        """(node facts, facts per NUMA id) at monotonic time ``now``."""
+    def sample(self, topology: Topology) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+        """(node facts, facts per NUMA id) now. No clock is taken: CPU usage is measured in the
+        kernel's own ticks (see the module docstring)."""
         node: dict[str, Any] = {}
         numa: dict[int, dict[str, Any]] = {nid: {} for nid in topology.numa_ids}
-        self._cpu(topology, now, node, numa)
+        self._cpu(topology, node, numa)
         self._memory(topology, node, numa)
         load = parse_loadavg(self.reader.read(f"{self.procfs}/loadavg") or "")
         if load is not None:
@@ -284,42 +320,53 @@ class ProcSource:
             psi_facts(f"psi.{resource}", self.reader.read(f"{self.procfs}/pressure/{resource}"), node)
         return node, numa
 
-    def _cpu(
-        self, topology: Topology, now: float, node: dict[str, Any], numa: dict[int, dict[str, Any]]
-    ) -> None:
+    def _cpu(self, topology: Topology, node: dict[str, Any], numa: dict[int, dict[str, Any]]) -> None:
         text = self.reader.read(f"{self.procfs}/stat")
         if text is None:
             return
         total, per_cpu = parse_stat(text)
         ncpu = len(topology.cpus)
         node["cpu.capacity_cores"] = float(ncpu)
-        prev_at, prev_total, prev_cpus = self._prev_at, self._prev_total, self._prev_cpus
-        self._prev_at, self._prev_total, self._prev_cpus = now, total, per_cpu
-        if prev_at is None or total is None or prev_total is None:
+        prev_total, prev_cpus = self._prev_total, self._prev_cpus
+        if total is None:
             return
-        elapsed = now - prev_at
-        cores = rate(prev_total.busy, total.busy, elapsed, self.hz)
-        if cores is not None:
-            node["cpu.usage_cores"] = cores
-            if ncpu:
-                node["cpu.usage_percent"] = cores * 100.0 / ncpu
+        if prev_total is None or not total.follows(prev_total) or not ncpu:
+            # no baseline yet, or the counters restarted: this sample is the new baseline
+            self._prev_total, self._prev_cpus, self._last_node, self._last_numa = total, per_cpu, {}, {}
+            return
+        window = total.total - prev_total.total
+        if window < MIN_WINDOW_TICKS * ncpu:
+            # Too short to measure: keep the baseline, the last full window's usage stands.
+            node.update(self._last_node)
+            for nid, facts in numa.items():
+                facts.update(self._last_numa.get(nid, {}))
+            return
+        self._prev_total, self._prev_cpus = total, per_cpu
+        cores = share(total.busy - prev_total.busy, window, ncpu)
+        self._last_node = {"cpu.usage_cores": cores, "cpu.usage_percent": cores * 100.0 / ncpu}
+        node.update(self._last_node)
+        self._last_numa = {}
         for nid, facts in numa.items():
             ids = topology.cpus_of_numa(nid)
-            busy = kernel = 0
+            busy = kernel = ticks = 0
             complete = bool(ids)
             for cpu in ids:
                 cur, old = per_cpu.get(cpu), prev_cpus.get(cpu)
-                if cur is None or old is None or cur.busy < old.busy or cur.kernel < old.kernel:
+                if cur is None or old is None or not cur.follows(old):
                     complete = False
                     break
                 busy += cur.busy - old.busy
                 kernel += cur.kernel - old.kernel
-            if not complete or elapsed <= 0:
+                ticks += cur.total - old.total
+            if not complete or ticks <= 0:
                 continue
-            used = busy / (elapsed * self.hz)
-            facts["cpu.usage_cores"] = used
-            facts["cpu.usage_percent"] = used * 100.0 / len(ids)
-            facts["cpu.system_usage_percent"] = kernel / (elapsed * self.hz) * 100.0 / len(ids)
+            used = share(busy, ticks, len(ids))
+            last = self._last_numa[nid] = {
+                "cpu.usage_cores": used,
+                "cpu.usage_percent": used * 100.0 / len(ids),
+                "cpu.system_usage_percent": share(kernel, ticks, len(ids)) * 100.0 / len(ids),
+            }
+            facts.update(last)
 
     def _memory(self, topology: Topology, node: dict[str, Any], numa: dict[int, dict[str, Any]]) -> None:
         text = self.reader.read(f"{self.procfs}/meminfo")
@@ -388,5 +435,6 @@ def numa_memory_facts(
 
 
 def floor_percent(used: float, total: float) -> int:
-    """Koordinator's integer percent: int(used) * 100 / total with integer division."""
-    return int(used) * 100 // int(total) if total else 0
+    """Koordinator's integer percent: int(used) * 100 / total with integer division, within [0, 100]
+    (callers pass used = max(total - available, 0), so the bound holds; the clamp states it)."""
+    return min(max(int(used) * 100 // int(total), 0), 100) if total > 0 else 0
