@@ -37,8 +37,9 @@ from bench.fuzz.surfaces import SURFACES, Env, Surface
 HANG_SECONDS = 5.0
 ADDRESS_SPACE = 1 << 30  # 1 GiB above the worker's size at start
 RECYCLE_RSS_KB = 400 * 1024
-MINIMIZE_CANDIDATES = 200
-MINIMIZE_SECONDS = 60.0
+MINIMIZE_CANDIDATES = 120
+MINIMIZE_SECONDS = 20.0  # per finding
+MINIMIZE_TOTAL_SECONDS = 300.0  # per run; later findings keep their whole input
 GENERATE_SECONDS = 120.0  # generous: generation is the harness's time, not qosd's
 
 
@@ -419,9 +420,12 @@ class Fuzzer:
     # -- minimization: line-level delta debugging, each candidate run in a worker
 
     def _minimize_all(self, pool: Pool) -> None:
+        started = time.monotonic()
         for f in self.findings.values():
             if f.cls == HANG or "worker died" in f.signature:
                 continue
+            if time.monotonic() - started > MINIMIZE_TOTAL_SECONDS:
+                break
             f.minimized = self._minimize(pool, f)
 
     def _check(self, pool: Pool, surface: str, data: bytes, fault_line: int | None) -> str | None:

@@ -119,7 +119,7 @@ class Env:
 
     def snapshot(self, name: str) -> Snapshot:
         if name not in self._snapshots:
-            self._snapshots[name] = load_snapshot(ROOT / "examples" / "snapshots" / name)
+            self._snapshots[name] = with_cgroups(load_snapshot(ROOT / "examples" / "snapshots" / name))
         return self._snapshots[name]
 
     def builtin(self) -> list[Document]:
@@ -190,6 +190,24 @@ class Env:
                             fh.write("100000\n" if name == "cpu.cfs_period_us" else "0\n")
             except (OSError, ValueError, UnicodeError):
                 continue
+
+
+def with_cgroups(snap: Snapshot) -> Snapshot:
+    """Every workload with a cgroup, as on a node (the kubelet's cgroupfs layout): the example
+    snapshots leave them out, and setCgroup rules act only on workloads that have one."""
+    tiers = {"Guaranteed": "", "Burstable": "burstable/", "BestEffort": "besteffort/"}
+    out = []
+    for w in snap.workloads:
+        if w.cgroup_path:
+            out.append(w)
+            continue
+        pod = f"kubepods/{tiers.get(w.kube_qos, '')}pod{w.uid}"
+        containers = tuple(
+            c if c.cgroup_path else dataclasses.replace(c, cgroup_path=f"{pod}/{c.name}")
+            for c in w.containers
+        )
+        out.append(dataclasses.replace(w, cgroup_path=pod, containers=containers))
+    return dataclasses.replace(snap, workloads=tuple(out))
 
 
 def _refuse(op: Operation) -> OperationResult:
@@ -317,7 +335,7 @@ class FactsSurface(Surface):
         return out
 
     def run(self, env: Env, path: Path) -> str | None:
-        snap = load_snapshot(path)
+        snap = with_cgroups(load_snapshot(path))
         try:
             policy = env.builtin_policy(snap.node)
         except PolicyError as exc:
