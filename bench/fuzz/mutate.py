@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -454,9 +455,25 @@ def byte_mutation(rng: random.Random, data: bytes) -> tuple[bytes, str, int | No
 Dump = Callable[[Any], str]
 
 
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """libyaml's dumper (generation must not be the bottleneck) that quotes strings a YAML 1.2
+    reader would take for numbers: "1e400" stays the string the mutation meant; numbers come from
+    NUMBERS."""
+
+
+NUMBER_LIKE = re.compile(r"^[-+]?(\.?[0-9]|\.(inf|nan)$|(inf|nan|infinity)$)", re.I)
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = '"' if NUMBER_LIKE.match(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
 def dump_yaml(docs: list[Any]) -> str:
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: generation is not the bottleneck
-    return yaml.dump_all(docs, Dumper=dumper, sort_keys=False, allow_unicode=True, width=200)
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=200)
 
 
 def dump_json(docs: list[Any]) -> str:
