@@ -14,6 +14,7 @@ set stays above RECYCLE_RSS_KB; RLIMIT_AS makes a blow-up a MemoryError finding,
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import hashlib
 import logging
@@ -96,7 +97,15 @@ def execute(env: Env, surface: Surface, m: Mutated) -> tuple[Outcome, float]:
     return outcome, time.perf_counter() - t0
 
 
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG: a forked worker holds the other workers' pipe ends too, so it would never
+    see EOF if the parent were killed; the kernel ends it instead."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
 def _worker(conn: Connection, seed: int, hang_seconds: float, dump_path: str) -> None:
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     # qosd's warnings (a state file set aside...) are part of the outcome, not the console's.
     logging.getLogger().handlers[:] = [logging.NullHandler()]
