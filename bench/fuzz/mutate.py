@@ -314,6 +314,9 @@ def tree_mutation(
         return "empty tree: unchanged", None
     op = rng.choice(
         (
+            "enable",
+            "like",
+            "like",
             "delete",
             "swap",
             "type",
@@ -333,6 +336,22 @@ def tree_mutation(
         op = "dup_item"
     path = rng.choice(paths)
     where = "/".join(str(k) for k in path)
+    if op == "enable":  # reach what the seeds ship switched off (disabled rules, features)
+        flags = [p for p in paths if isinstance(_get(tree, p), bool)]
+        if flags:
+            path = rng.choice(flags)
+            _set(tree, path, not _get(tree, path))
+            return f"flip {'/'.join(str(k) for k in path)}", None
+        op = "value"
+    if op == "like":  # a value of the same kind: a quantity where a quantity is, a duration...
+        liked = [(p, _kind(_get(tree, p))) for p in paths]
+        liked = [(p, k) for p, k in liked if k]
+        if liked:
+            path, kind = rng.choice(liked)
+            value = rng.choice(DURATIONS if kind == "duration" else QUANTITIES)
+            _set(tree, path, value)
+            return f"like {'/'.join(str(k) for k in path)} = {_short(value)}", None
+        op = "value"
     if op == "delete":
         _delete(tree, path)
         return f"delete {where}", None
@@ -386,9 +405,27 @@ def tree_mutation(
     if op == "empty":
         items.clear()
         return f"empty list {where}", None
-    n = rng.choice((100, 1000))
+    n = rng.choice((100, 300))  # beyond a node's pod limit (kubelet maxPods 110, at most 250)
     items.extend(copy.deepcopy(items[0]) for _ in range(n))
     return f"amplify list {where} x{n}", None
+
+
+DURATION_LIKE = re.compile(r"^[0-9.]+(ms|us|ns|s|m|h)$")
+QUANTITY_LIKE = re.compile(r"^-?[0-9.]+([eE][-+]?[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def _kind(value: Any) -> str | None:
+    """'duration' or 'quantity' for a scalar that looks like one (numbers are quantities)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return "quantity"
+    if isinstance(value, str):
+        if DURATION_LIKE.match(value):
+            return "duration"
+        if QUANTITY_LIKE.match(value):
+            return "quantity"
+    return None
 
 
 def _short(value: Any) -> str:

@@ -72,6 +72,7 @@ def normalize(message: str, limit: int = 70) -> str:
     one signature whatever value triggered it."""
     text = message.splitlines()[0] if message else ""
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", text)
+    text = re.sub(r"#x[0-9a-fA-F]+|\\x[0-9a-fA-F]{2}|U\+[0-9A-F]{4}", "#x…", text)
     text = re.sub(r"(/[\w.\-]+)+", "/…", text)
     text = re.sub(r"\d+(\.\d+)?", "N", text)
     return text[:limit]

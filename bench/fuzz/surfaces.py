@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import errno
 import io
 import json
 import logging
@@ -156,10 +157,10 @@ class Env:
         finally:
             engine.backend.close()
         ops = list(result.plan.operations)
-        self._prepare(ops)
+        impossible = self._prepare(ops)
         outcomes = self.executor.apply(ops)
-        for op, outcome in zip(ops, outcomes, strict=True):
-            if outcome.status == "failed":
+        for i, (op, outcome) in enumerate(zip(ops, outcomes, strict=True)):
+            if outcome.status == "failed" and i not in impossible:
                 where = f"{op.kind} {getattr(op, 'path', '')} {getattr(op, 'file', '')}".strip()
                 raise AcceptedButFailed("accepted, then an operation failed", f"{where}: {outcome.error}")
         record = audit_record(result, outcomes)
@@ -168,11 +169,14 @@ class Env:
         EngineState.from_dict(json.loads(json.dumps(result.state.to_dict())))
         return result
 
-    def _prepare(self, ops: Sequence[Operation]) -> None:
+    def _prepare(self, ops: Sequence[Operation]) -> set[int]:
         """Create the cgroup directories and files the operations address, as the kernel offers
-        them (a cgroup exists, its files exist). Never outside the scratch tree."""
+        them (a cgroup exists, its files exist). Never outside the scratch tree. Returns the
+        operations whose cgroup no filesystem could hold (a path component over 255 bytes from an
+        observed uid): their failure is the scratch node's, not qosd's."""
         base = str(self.cgroot)
-        for op in ops:
+        impossible: set[int] = set()
+        for i, op in enumerate(ops):
             if not isinstance(op, WriteCgroup):
                 continue
             try:
@@ -182,7 +186,12 @@ class Env:
                 directory = os.path.normpath(os.path.join(base, controller, op.path.strip("/")))
                 if not directory.startswith(base + os.sep) or "\x00" in op.file or "/" in op.file:
                     continue
-                os.makedirs(directory, exist_ok=True)
+                try:
+                    os.makedirs(directory, exist_ok=True)
+                except OSError as exc:
+                    if exc.errno == errno.ENAMETOOLONG:
+                        impossible.add(i)
+                    continue
                 for name in host_files(op.file, 1):
                     target = os.path.join(directory, name)
                     if not os.path.lexists(target):
@@ -190,6 +199,7 @@ class Env:
                             fh.write("100000\n" if name == "cpu.cfs_period_us" else "0\n")
             except (OSError, ValueError, UnicodeError):
                 continue
+        return impossible
 
 
 def with_cgroups(snap: Snapshot) -> Snapshot:
