@@ -14,6 +14,7 @@ import contextlib
 import copy
 import dataclasses
 import errno
+import hashlib
 import io
 import json
 import logging
@@ -204,17 +205,21 @@ class Env:
 
 def with_cgroups(snap: Snapshot) -> Snapshot:
     """Every workload with a cgroup, as on a node (the kubelet's cgroupfs layout): the example
-    snapshots leave them out, and setCgroup rules act only on workloads that have one."""
+    snapshots leave them out, and setCgroup rules act only on workloads that have one. The
+    components come from a digest of the uid and the container's position, as the kubelet names
+    them by uid and container id: a fuzzed uid or container name ("../x", 400 digits) must not
+    become a path no kubelet would create."""
     tiers = {"Guaranteed": "", "Burstable": "burstable/", "BestEffort": "besteffort/"}
     out = []
     for w in snap.workloads:
         if w.cgroup_path:
             out.append(w)
             continue
-        pod = f"kubepods/{tiers.get(w.kube_qos, '')}pod{w.uid}"
+        digest = hashlib.sha1(w.uid.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        pod = f"kubepods/{tiers.get(w.kube_qos, '')}pod{digest}"
         containers = tuple(
-            c if c.cgroup_path else dataclasses.replace(c, cgroup_path=f"{pod}/{c.name}")
-            for c in w.containers
+            c if c.cgroup_path else dataclasses.replace(c, cgroup_path=f"{pod}/c{i}")
+            for i, c in enumerate(w.containers)
         )
         out.append(dataclasses.replace(w, cgroup_path=pod, containers=containers))
     return dataclasses.replace(snap, workloads=tuple(out))
