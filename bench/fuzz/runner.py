@@ -114,7 +114,7 @@ def _worker(conn: Connection, seed: int, hang_seconds: float, dump_path: str) ->
     limit = size + ADDRESS_SPACE
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    env = Env()
+    env = Env(Path(dump_path).parent)
     surfaces: dict[str, Surface] = {}
     dump = open(dump_path, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the worker
     can_reset = _reset_peak()

@@ -88,8 +88,10 @@ class Env:
     """Per-worker scratch space: a copy of examples/ and rules/ (suites reference files relative to
     themselves), a scratch cgroup v1 tree for the adapter, and what is built once per worker."""
 
-    def __init__(self) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix="qosd-fuzz-"))
+    def __init__(self, base: Path | None = None) -> None:
+        # Under the run's directory when there is one: a worker killed for a hang leaves its
+        # scratch space behind, and the run removes it with its own.
+        self.tmp = Path(tempfile.mkdtemp(prefix="qosd-fuzz-", dir=base))
         self.inputs = self.tmp / "in"
         self.inputs.mkdir()
         self._copied = False
