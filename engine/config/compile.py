@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 from jinja2 import TemplateSyntaxError, meta
 
@@ -532,6 +532,8 @@ def _check_pools(c: _Checker, pools: list[Pool | None]) -> None:
 
 
 def _quantity(c: _Checker, path: JsonPath, value: Any) -> float | None:
+    """A quantity, or None when absent or out of bounds (then a problem is recorded; the schema
+    stage reports it first, see engine/config/unitcheck.py)."""
     if value is None:
         return None
     try:
@@ -539,6 +541,21 @@ def _quantity(c: _Checker, path: JsonPath, value: Any) -> float | None:
     except ValueError as exc:
         c.add(path, str(exc))
         return None
+
+
+@overload
+def _duration(c: _Checker, path: JsonPath, value: Any, default: float) -> float: ...
+@overload
+def _duration(c: _Checker, path: JsonPath, value: Any, default: None = None) -> float | None: ...
+def _duration(c: _Checker, path: JsonPath, value: Any, default: float | None = None) -> float | None:
+    """Seconds of a duration, ``default`` when absent or out of bounds (then a problem is recorded)."""
+    if value is None:
+        return default
+    try:
+        return parse_duration(str(value))
+    except ValueError as exc:
+        c.add(path, str(exc))
+        return default
 
 
 # Katalyst's per-resource defaults of the headroom policy: reservedResourceForAllocate, the buffer
@@ -627,7 +644,7 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
             )
         window = None
         if "window" in sm:
-            window = parse_duration(sm["window"])
+            window = _duration(c, (*base, "smoothing", "window"), sm["window"])
         policy = str(r.get("policy", "usage"))
         for j, name in enumerate(r.get("requestAsUsage") or ()):
             c.ref((*base, "requestAsUsage", j), name, c.classes, "class")
@@ -665,15 +682,17 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
         enabled=bool(raw.get("enabled", True)),
         cpu=resources["cpu"],
         memory=resources["memory"],
-        degrade_after=parse_duration(raw["degradeAfter"]) if "degradeAfter" in raw else None,
-        report_interval=parse_duration(raw["reportInterval"]) if "reportInterval" in raw else None,
-        update=_compile_update(raw["update"]) if "update" in raw else None,
+        degrade_after=_duration(c, ("reclaim", "degradeAfter"), raw.get("degradeAfter")),
+        report_interval=_duration(c, ("reclaim", "reportInterval"), raw.get("reportInterval")),
+        update=_compile_update(c, raw["update"]) if "update" in raw else None,
     )
 
 
-def _compile_update(raw: dict[str, Any]) -> ReclaimUpdate:
+def _compile_update(c: _Checker, raw: dict[str, Any]) -> ReclaimUpdate:
     """spec.reclaim.update; maxInterval defaults to Koordinator's updateTimeThresholdSeconds."""
-    interval = parse_duration(raw["maxInterval"]) if "maxInterval" in raw else DEFAULT_MAX_INTERVAL
+    interval = _duration(
+        c, ("reclaim", "update", "maxInterval"), raw.get("maxInterval"), DEFAULT_MAX_INTERVAL
+    )
     return ReclaimUpdate(diff_threshold=float(raw["diffThreshold"]), max_interval=interval)
 
 
@@ -702,7 +721,9 @@ def _compile_pressure(c: _Checker, raw: dict[str, Any]) -> Pressure:
         c, ("pressure", "systemMemory", "freeThresholdMinimum"), system.get("freeThresholdMinimum")
     )
     return Pressure(
-        numa_interval=parse_duration(numa["interval"]) if "interval" in numa else d.numa_interval,
+        numa_interval=_duration(
+            c, ("pressure", "numaWatermark", "interval"), numa.get("interval"), d.numa_interval
+        ),
         numa_reclaimed_times=int(numa.get("reclaimedTimesThreshold", d.numa_reclaimed_times)),
         numa_times=times,
         numa_fast_wait=wait,
@@ -711,7 +732,9 @@ def _compile_pressure(c: _Checker, raw: dict[str, Any]) -> Pressure:
         psi_enabled=bool(psi.get("enabled", d.psi_enabled)),
         psi_some=int(psi.get("someThreshold", d.psi_some)),
         psi_full=int(psi.get("fullThreshold", d.psi_full)),
-        psi_duration=parse_duration(psi["duration"]) if "duration" in psi else d.psi_duration,
+        psi_duration=_duration(
+            c, ("pressure", "systemMemory", "psi", "duration"), psi.get("duration"), d.psi_duration
+        ),
         psi_min_pods=int(psi.get("minPods", d.psi_min_pods)),
         psi_min_pod_pressure=int(psi.get("minPodPressure", d.psi_min_pod_pressure)),
         psi_pod_classes=tuple(classes) if classes is not None else None,
@@ -765,10 +788,15 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         description=str(raw.get("description", "")),
         when=when,
         clear_when=clear,
-        sustain=parse_duration(raw["for"]) if "for" in raw else 0.0,
-        cooldown=parse_duration(raw["cooldown"]) if "cooldown" in raw else 0.0,
+        sustain=_duration(c, (*base, "for"), raw.get("for"), 0.0),
+        cooldown=_duration(c, (*base, "cooldown"), raw.get("cooldown"), 0.0),
         per_round=limits.get("perRound"),
-        per_window=(per_window["count"], parse_duration(per_window["window"])) if per_window else None,
+        per_window=(
+            per_window["count"],
+            _duration(c, (*base, "limits", "perWindow", "window"), per_window["window"], 0.0),
+        )
+        if per_window
+        else None,
         actions=tuple(actions),
         scope=scope_of(when) if len(scopes) <= 1 else "node",
         origin=c.loc(base),

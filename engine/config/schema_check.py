@@ -134,7 +134,13 @@ def schema_problems(
     document sets only what it changes; the JSON paths of such gaps are appended to ``partial`` so the
     caller knows the merged spec must be checked in full.
     """
-    return validation_problems(validator(kind), data, locate, partial)
+    problems = validation_problems(validator(kind), data, locate, partial)
+    if problems:
+        return problems
+    # The pattern admits 1e9999999 and 99999999h; the bounds live with the parsers.
+    from engine.config.unitcheck import unit_problems
+
+    return unit_problems(load_schema(kind), data, locate)
 
 
 def validation_problems(
