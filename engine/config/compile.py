@@ -16,6 +16,8 @@ from typing import Any, overload
 
 from jinja2 import TemplateSyntaxError, meta
 
+from engine.adapters.cgfiles import value_problem
+from engine.adapters.cgpaths import cgroup_path_problem
 from engine.config.conditions import ORDER_OPS, Condition, comparisons, parse_condition, scope_of
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
@@ -43,7 +45,8 @@ from engine.config.policy import (
 )
 from engine.config.render import ENV
 from engine.model.node import NodeInfo
-from engine.model.units import parse_cpuset, parse_duration, parse_quantity
+from engine.model.units import format_cpuset, parse_cpuset, parse_duration, parse_quantity
+from engine.strategies.knobs import compile_knob
 from engine.strategies.pressure import satisfaction_config_error
 
 EXPR_VARIABLES = frozenset({"pod", "container", "node"})
@@ -853,8 +856,13 @@ def _check_action(
             c.ref((*p, "target", "class"), target["class"], c.classes, "class")
         if "pool" in target:
             c.ref((*p, "target", "pool"), target["pool"], c.pools, "pool")
+        if "path" in target:
+            bad = cgroup_path_problem(str(target["path"]))
+            if bad:
+                c.add((*p, "target", "path"), f"setCgroup target {short(target['path'])}: {bad}")
         for key, knob in (params.get("values") or {}).items():
             _check_knob(c, (*p, "values", key), knob)
+            _check_cgroup_value(c, (*p, "values", key), key, knob)
         if "values" not in params and "memoryQos" not in params:
             c.add(p, "setCgroup needs values, memoryQos or both", "e.g. values: {cpu.shares: 2}")
         if "memoryQos" in params and "class" not in target:
@@ -883,6 +891,36 @@ def _check_action(
                 (*p, "resource"),
                 f"publish {res!r} needs spec.reclaim.{res}.publishAs",
                 "set the extended resource name to publish, e.g. kubernetes.io/batch-cpu",
+            )
+
+
+def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> None:
+    """A literal setCgroup value must be what its file accepts (adapters/cgfiles.VALUE_FORMATS),
+    so that it cannot fail every tick at write time. The text checked is the text written: the knob
+    compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
+    tick time."""
+    if isinstance(knob, dict) and ("percent" in knob or "expr" in knob):
+        return
+    formula = (c.spec.get("cgroup") or {}).get("weightFormula")
+    text = compile_knob(file, knob, weight_formula=formula)(None, {})
+    if text is None:
+        return
+    bad = value_problem(file, text.strip())
+    if bad:
+        c.add(path, bad, "the kernel would refuse it on every write; cgroup files take plain ASCII values")
+        return
+    if file in ("cpuset.cpus", "cpuset.mems"):
+        ids = parse_cpuset(text)
+        have = c.node.cpu_ids if file == "cpuset.cpus" else frozenset(range(c.node.numa_count))
+        outside = sorted(ids - have) if have else []
+        if outside:
+            what = "CPUs" if file == "cpuset.cpus" else "NUMA nodes"
+            c.add(
+                path,
+                f"{file} {short(text)} names {what} {short(outside)} that node {c.node.name!r} does not have "
+                f"({format_cpuset(have)})",
+                "the kernel refuses a cpuset outside the node's (and the parent's); "
+                "use a nodeSelector to target nodes that have them",
             )
 
 
