@@ -16,7 +16,7 @@ from typing import Any, overload
 
 from jinja2 import TemplateSyntaxError, meta
 
-from engine.adapters.cgfiles import value_problem
+from engine.adapters.cgfiles import MAX_CFS_RUNTIME_US, value_problem
 from engine.adapters.cgpaths import cgroup_path_problem
 from engine.config.conditions import ORDER_OPS, Condition, comparisons, parse_condition, scope_of
 from engine.config.errors import Location, PolicyError, Problem, short
@@ -860,9 +860,13 @@ def _check_action(
             bad = cgroup_path_problem(str(target["path"]))
             if bad:
                 c.add((*p, "target", "path"), f"setCgroup target {short(target['path'])}: {bad}")
+        literals: dict[str, str] = {}
         for key, knob in (params.get("values") or {}).items():
             _check_knob(c, (*p, "values", key), knob)
-            _check_cgroup_value(c, (*p, "values", key), key, knob)
+            text = _check_cgroup_value(c, (*p, "values", key), key, knob)
+            if text is not None:
+                literals[key] = text
+        _check_cgroup_combination(c, (*p, "values"), literals)
         if "values" not in params and "memoryQos" not in params:
             c.add(p, "setCgroup needs values, memoryQos or both", "e.g. values: {cpu.shares: 2}")
         if "memoryQos" in params and "class" not in target:
@@ -894,21 +898,22 @@ def _check_action(
             )
 
 
-def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> None:
+def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> str | None:
     """A literal setCgroup value must be what its file accepts (adapters/cgfiles.VALUE_FORMATS),
     so that it cannot fail every tick at write time. The text checked is the text written: the knob
     compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
-    tick time."""
+    tick time. Returns the text when it is valid."""
     if isinstance(knob, dict) and ("percent" in knob or "expr" in knob):
-        return
+        return None
     formula = (c.spec.get("cgroup") or {}).get("weightFormula")
     text = compile_knob(file, knob, weight_formula=formula)(None, {})
     if text is None:
-        return
-    bad = value_problem(file, text.strip())
+        return None
+    text = text.strip()
+    bad = value_problem(file, text)
     if bad:
         c.add(path, bad, "the kernel would refuse it on every write; cgroup files take plain ASCII values")
-        return
+        return None
     if file in ("cpuset.cpus", "cpuset.mems"):
         ids = parse_cpuset(text)
         have = c.node.cpu_ids if file == "cpuset.cpus" else frozenset(range(c.node.numa_count))
@@ -922,6 +927,33 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> No
                 "the kernel refuses a cpuset outside the node's (and the parent's); "
                 "use a nodeSelector to target nodes that have them",
             )
+            return None
+    return text
+
+
+def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, str]) -> None:
+    """Literal values of one setCgroup that the kernel refuses together (sched/core.c): a CFS burst
+    above the quota, or burst + quota above max_cfs_runtime; and a weight next to cpu.idle=1, which
+    pins the weight (every later weight write is EINVAL)."""
+    quota_text = literals.get("cpu.cfs_quota_us") or literals.get("cpu.max", "").split(" ")[0]
+    burst_text = literals.get("cpu.cfs_burst_us") or literals.get("cpu.max.burst")
+    quota = int(quota_text) if quota_text.lstrip("-").isdigit() else -1
+    if burst_text is not None and quota >= 0:
+        burst = int(burst_text)
+        if burst > quota or burst + quota > MAX_CFS_RUNTIME_US:
+            c.add(
+                path,
+                f"CFS burst {burst} us is above the quota {quota} us "
+                f"(or the two exceed {MAX_CFS_RUNTIME_US} us)",
+                "the kernel refuses a burst larger than the quota; lower the burst or raise the quota",
+            )
+    weight = [f for f in ("cpu.shares", "cpu.weight") if f in literals]
+    if literals.get("cpu.idle") == "1" and weight:
+        c.add(
+            path,
+            f"cpu.idle: 1 together with {weight[0]}: an idle group's weight is pinned by the kernel",
+            f"drop {weight[0]} (an idle group runs only when nothing else wants the CPU anyway)",
+        )
 
 
 def _check_trigger(c: _Checker, p: JsonPath, params: dict[str, Any], when: Condition | None) -> None:

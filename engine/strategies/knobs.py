@@ -352,8 +352,11 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
     if isinstance(knob, bool):
         text = "1" if knob else "0"
         return lambda _w, _n: text
-    if isinstance(knob, int | float):
-        literal = _literal(float(knob))
+    if isinstance(knob, int):
+        literal = str(knob)  # exact: 9223372036854775807 as a float would round up past 2**63 - 1
+        return lambda _w, _n: literal
+    if isinstance(knob, float):
+        literal = _literal(knob)
         return lambda _w, _n: literal
     if isinstance(knob, str):
         return lambda _w, _n: knob
