@@ -715,3 +715,11 @@ def test_set_cgroup_values_the_kernel_refuses_together_are_located(tmp_path: Pat
 )
 def test_set_cgroup_values_the_kernel_takes_together_validate(tmp_path: Path, values: str) -> None:
     assert check(tmp_path, set_cgroup("kubepods/besteffort", values)) == []
+
+
+@pytest.mark.parametrize("file", ["cpuset.cpus", "cpuset.mems", "cpu.idle"])
+def test_a_percent_of_a_resource_cannot_size_a_file_that_holds_no_amount(tmp_path: Path, file: str) -> None:
+    problems = check(tmp_path, set_cgroup("kubepods/besteffort", f"{file}: {{percent: 50, of: request}}"))
+    assert [p.location.path for p in problems if "does not hold an amount" in p.message] == [
+        f"$.spec.rules[0].then.setCgroup.values['{file}'].percent"
+    ]

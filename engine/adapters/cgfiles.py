@@ -115,6 +115,7 @@ class ValueFormat:
     hi: int = 0
     words: tuple[str, ...] = ()
     kind: str = "integer"  # integer | cpulist | cpu.max
+    amount: bool = True  # holds an amount of CPU or memory, so a percent of one can size it
 
     def problem(self, text: str) -> str | None:
         """Why ``text`` is not a valid value, or None when the kernel (and the other cgroup version,
@@ -163,17 +164,18 @@ def _cpu_max_problem(text: str) -> str | None:
     return None
 
 
-def _ints(lo: int, hi: int, *words: str, what: str = "") -> ValueFormat:
+def _ints(lo: int, hi: int, *words: str, what: str = "", amount: bool = True) -> ValueFormat:
     spoken = " or ".join(f'"{w}"' for w in words)
-    return ValueFormat(
-        f"an integer from {lo} to {hi}{what}" + (f", or {spoken}" if spoken else ""), lo, hi, words
-    )
+    describe = f"an integer from {lo} to {hi}{what}" + (f", or {spoken}" if spoken else "")
+    return ValueFormat(describe, lo, hi, words, amount=amount)
 
 
 _MEMORY_V2 = _ints(0, MAX_BYTES, V2_UNLIMITED, what=" (bytes)")
 _MEMORY_V1 = _ints(0, MAX_BYTES, V1_UNLIMITED, V2_UNLIMITED, what=" (bytes)")
-_BOOLEAN = _ints(0, 1)
-_CPULIST = ValueFormat("a list of ids and ranges such as 0-3,8 (ASCII digits, no spaces)", kind="cpulist")
+_BOOLEAN = _ints(0, 1, amount=False)
+_CPULIST = ValueFormat(
+    "a list of ids and ranges such as 0-3,8 (ASCII digits, no spaces)", kind="cpulist", amount=False
+)
 
 VALUE_FORMATS: Mapping[str, ValueFormat] = {
     "cpu.shares": _ints(SHARES_MIN, SHARES_MAX),
@@ -205,10 +207,10 @@ VALUE_FORMATS: Mapping[str, ValueFormat] = {
     "memory.memsw.limit_in_bytes": _MEMORY_V1,
     "memory.oom.group": _BOOLEAN,
     "memory.use_priority_oom": _BOOLEAN,
-    "memory.priority": _ints(0, 12),
-    "memory.wmark_ratio": _ints(0, 100),
-    "memory.wmark_scale_factor": _ints(1, 1000),
-    "memory.wmark_min_adj": _ints(-25, 50),
+    "memory.priority": _ints(0, 12, amount=False),
+    "memory.wmark_ratio": _ints(0, 100, amount=False),
+    "memory.wmark_scale_factor": _ints(1, 1000, amount=False),
+    "memory.wmark_min_adj": _ints(-25, 50, amount=False),
 }
 """The value each writable logical file accepts, in the logical file's own dialect. It is what
 ``qosd validate`` checks a literal setCgroup value against, so that what validates is what the kernel

@@ -16,7 +16,7 @@ from typing import Any, overload
 
 from jinja2 import TemplateSyntaxError, meta
 
-from engine.adapters.cgfiles import MAX_CFS_RUNTIME_US, value_problem
+from engine.adapters.cgfiles import MAX_CFS_RUNTIME_US, VALUE_FORMATS, value_problem
 from engine.adapters.cgpaths import cgroup_path_problem
 from engine.config.conditions import ORDER_OPS, Condition, comparisons, parse_condition, scope_of
 from engine.config.errors import Location, PolicyError, Problem, short
@@ -904,6 +904,13 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> st
     compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
     tick time. Returns the text when it is valid."""
     if isinstance(knob, dict) and ("percent" in knob or "expr" in knob):
+        fmt = VALUE_FORMATS.get(file)
+        if "percent" in knob and fmt is not None and not fmt.amount:
+            c.add(
+                (*path, "percent"),
+                f"{file} does not hold an amount of CPU or memory, so a percent cannot size it",
+                f"give {file} {fmt.describe}",
+            )
         return None
     formula = (c.spec.get("cgroup") or {}).get("weightFormula")
     text = compile_knob(file, knob, weight_formula=formula)(None, {})
