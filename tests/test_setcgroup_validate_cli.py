@@ -4,14 +4,11 @@ path): exit 1, the file's line and column and the JSON path, no traceback."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.test_unit_bounds import cli
 
 POLICY = """\
 apiVersion: qosd.io/v1alpha1
@@ -46,15 +43,7 @@ def test_validate_refuses_what_would_fail_at_every_write(
 ) -> None:
     f = tmp_path / "rules.yaml"
     f.write_text(POLICY.replace("TARGET", target).replace("VALUES", values[1:-1]), encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "validate", "--no-builtin", str(f)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
+    proc = cli("validate", "--no-builtin", str(f))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
     assert "Traceback" not in output

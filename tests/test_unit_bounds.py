@@ -190,29 +190,36 @@ def test_validate_locates_an_overflowing_reserved_for_allocate(tmp_path: Path, v
     assert "$.spec.reclaim.memory.headroom.reservedForAllocate" in proc.stdout + proc.stderr
 
 
-def test_validate_locates_a_rule_duration_that_is_too_long(tmp_path: Path) -> None:
-    f = tmp_path / "rules.yaml"
-    f.write_text(
-        "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: d}\nspec:\n"
-        "  classes: [{name: be, match: [{labels: {tier: be}}]}]\n"
-        "  rules:\n    - name: r\n      for: 99999999999h\n"
-        "      then: {evict: {victims: {classes: [be]}, cooldown: 99999h}}\n"
-    )
-    proc = cli("validate", "--no-builtin", str(f))
-    assert_located(proc, f, "longer than")
-    assert "$.spec.rules[0].for" in proc.stdout + proc.stderr
-
-
-def test_run_locates_an_overflowing_workloads_request(tmp_path: Path) -> None:
-    """The standalone workloads file (engine/sources/standalone.py) is checked before the first tick."""
-    f = tmp_path / "workloads.yaml"
-    f.write_text(
-        "apiVersion: qosd.io/v1alpha1\nkind: StandaloneWorkloads\n"
-        'workloads:\n  - path: "qosd-x/*"\n    requests: {cpu: "1e400", memory: 1Gi}\n'
-    )
-    proc = cli("run", "--once", "--dry-run", "--workloads", str(f))
-    assert_located(proc, f, "too large")
-    assert "$.workloads[0].requests.cpu" in proc.stdout + proc.stderr
+@pytest.mark.parametrize(
+    ("text", "argv", "fragment", "where"),
+    [
+        (
+            "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: d}\nspec:\n"
+            "  classes: [{name: be, match: [{labels: {tier: be}}]}]\n"
+            "  rules:\n    - name: r\n      for: 99999999999h\n"
+            "      then: {evict: {victims: {classes: [be]}, cooldown: 99999h}}\n",
+            ("validate", "--no-builtin"),
+            "longer than",
+            "$.spec.rules[0].for",
+        ),
+        (  # the standalone workloads file (engine/sources/standalone.py), checked before the first tick
+            "apiVersion: qosd.io/v1alpha1\nkind: StandaloneWorkloads\n"
+            'workloads:\n  - path: "qosd-x/*"\n    requests: {cpu: "1e400", memory: 1Gi}\n',
+            ("run", "--once", "--dry-run", "--workloads"),
+            "too large",
+            "$.workloads[0].requests.cpu",
+        ),
+    ],
+    ids=["rule durations", "workloads requests"],
+)
+def test_cli_locates_a_unit_out_of_bounds(
+    tmp_path: Path, text: str, argv: tuple[str, ...], fragment: str, where: str
+) -> None:
+    f = tmp_path / "input.yaml"
+    f.write_text(text)
+    proc = cli(*argv, str(f))
+    assert_located(proc, f, fragment)
+    assert where in proc.stdout + proc.stderr
 
 
 def test_eval_locates_a_facts_window_that_is_too_long(tmp_path: Path) -> None:
