@@ -168,6 +168,8 @@ def test_parse_quantity_at_the_bounds(value: str | float, expected: float) -> No
         ("8Ei", "too large"),
         ("1" + "0" * 400, "too large"),
         ("1" * 10_000 + "e1", "too large"),
+        ("1e" + "9" * 5000, "too large"),  # an exponent int() would refuse
+        ("0." + "0" * 30 + "1e48", "too large"),  # 1e17: judged from both exponents
         (float("inf"), "not a finite number"),
         (float("-inf"), "not a finite number"),
         (float("nan"), "not a finite number"),

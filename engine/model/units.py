@@ -121,18 +121,18 @@ def parse_quantity(value: str | int | float) -> float:
     whole, fraction, suffix = m.group(1).lstrip("0"), m.group(2) or "", m.group(3) or ""
     if not whole.strip("0") and not fraction.strip("0"):
         return 0.0
-    if suffix.startswith("e"):
-        exponent = suffix[1:].lstrip("0")
-        # Any exponent past this, on a non-zero number, is far above MAX_QUANTITY: refuse it before
-        # Decimal is asked for 10**1e9999999 (decimal.Overflow).
-        if len(exponent) > 3:
-            raise UnitError(_too_large(value))
-        factor = Decimal(10) ** int(exponent or "0")
-    else:
-        factor = _SUFFIX[suffix]
     if len(whole) > _MAX_INT_DIGITS:
         raise UnitError(_too_large(value))
-    number = Decimal(f"{whole or '0'}.{fraction or '0'}") * factor
+    digits = Decimal(f"{whole or '0'}.{fraction or '0'}")  # exact, whatever its length
+    if suffix.startswith("e"):
+        exponent = suffix[1:].lstrip("0") or "0"
+        # Judge the magnitude from the exponents before scaling: Decimal raises Overflow on
+        # 10**9999999, and int() refuses an exponent of thousands of digits.
+        if len(exponent) > 7 or digits.adjusted() + int(exponent) > 18:
+            raise UnitError(_too_large(value))
+        number = digits.scaleb(int(exponent))
+    else:
+        number = digits * _SUFFIX[suffix]
     if number > Decimal(MAX_QUANTITY):
         raise UnitError(_too_large(value))
     return float(number)
