@@ -209,8 +209,14 @@ def test_validate_locates_an_overflowing_reserved_for_allocate(tmp_path: Path, v
             "too large",
             "$.workloads[0].requests.cpu",
         ),
+        (  # a Kubernetes Node given as --node (engine/model/node.py node_from_kube)
+            'apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus:\n  capacity: {cpu: "1e400", memory: 8Gi}\n',
+            ("validate", "--node"),
+            "too large",
+            "$.status.capacity",
+        ),
     ],
-    ids=["rule durations", "workloads requests"],
+    ids=["rule durations", "workloads requests", "node capacity"],
 )
 def test_cli_locates_a_unit_out_of_bounds(
     tmp_path: Path, text: str, argv: tuple[str, ...], fragment: str, where: str
