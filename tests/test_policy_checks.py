@@ -723,3 +723,15 @@ def test_a_percent_of_a_resource_cannot_size_a_file_that_holds_no_amount(tmp_pat
     assert [p.location.path for p in problems if "does not hold an amount" in p.message] == [
         f"$.spec.rules[0].then.setCgroup.values['{file}'].percent"
     ]
+
+
+@pytest.mark.parametrize(
+    ("action", "where"),
+    [
+        ("{memoryGuard: {cgroup: ../kubepods}}", "$.spec.rules[0].then.memoryGuard.cgroup"),
+        ("{suppress: {class: be, policy: cpuset, cgroup: /sys/fs/cgroup/cpu/kubepods}}", "$.spec.rules[0].then.suppress.cgroup"),
+    ],
+)
+def test_other_actions_cgroup_paths_are_checked_like_set_cgroup_targets(tmp_path: Path, action: str, where: str) -> None:
+    problems = check(tmp_path, f"rules:\n  - name: r\n    then: {action}\n")
+    assert [p.location.path for p in problems if "cgroup" in p.message and "path" in p.message] == [where]

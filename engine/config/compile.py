@@ -841,6 +841,8 @@ def _check_action(
                 )
     elif kind == "suppress":
         c.ref((*p, "class"), params.get("class"), c.classes, "class")
+        if "cgroup" in params:
+            _check_cgroup_path(c, (*p, "cgroup"), "suppress cgroup", params["cgroup"])
         for field_name in ("borrowFrom", "excludeClasses"):
             for j, name in enumerate(params.get(field_name) or []):
                 c.ref((*p, field_name, j), name, c.classes, "class")
@@ -857,9 +859,7 @@ def _check_action(
         if "pool" in target:
             c.ref((*p, "target", "pool"), target["pool"], c.pools, "pool")
         if "path" in target:
-            bad = cgroup_path_problem(str(target["path"]))
-            if bad:
-                c.add((*p, "target", "path"), f"setCgroup target {short(target['path'])}: {bad}")
+            _check_cgroup_path(c, (*p, "target", "path"), "setCgroup target", target["path"])
         literals: dict[str, str] = {}
         for key, knob in (params.get("values") or {}).items():
             _check_knob(c, (*p, "values", key), knob)
@@ -877,6 +877,8 @@ def _check_action(
             )
     elif kind == "memoryGuard":
         _quantity(c, (*p, "minCriticalWatermark"), params.get("minCriticalWatermark"))
+        if "cgroup" in params:
+            _check_cgroup_path(c, (*p, "cgroup"), "memoryGuard cgroup", params["cgroup"])
     elif kind == "setResctrl":
         if "class" in params:
             c.ref((*p, "class"), params["class"], c.classes, "class")
@@ -896,6 +898,14 @@ def _check_action(
                 f"publish {res!r} needs spec.reclaim.{res}.publishAs",
                 "set the extended resource name to publish, e.g. kubernetes.io/batch-cpu",
             )
+
+
+def _check_cgroup_path(c: _Checker, path: JsonPath, what: str, value: Any) -> None:
+    """A cgroup an action writes to, named relative to the cgroup root: refused here rather than
+    at every write (adapters/cgpaths.cgroup_path_problem says what a usable path looks like)."""
+    bad = cgroup_path_problem(str(value))
+    if bad:
+        c.add(path, f"{what} {short(value)}: {bad}")
 
 
 def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> str | None:
