@@ -192,6 +192,18 @@ FILES = (
 BOUNDARIES = [0, 1, 2, 3, 999, 1000, 1001, 10000, 10001, 100000, 262144, 262145, 1000000, 1000001]
 BOUNDARIES += [2**44 - 1, 2**44, 2**63 - 1, 2**63, -1, -2]
 
+expressions = st.sampled_from(
+    [
+        "node.cpus * 1000",
+        "'0-1é'",
+        "'max'",
+        "-3",
+        "node.memory_bytes",
+        "node.no_such",
+        "2 ** 70",
+        "pod.requests.memory",
+    ]
+).map(lambda e: {"expr": e})
 knobs = st.one_of(
     st.sampled_from(BOUNDARIES),
     st.integers(min_value=-(2**66), max_value=2**66),
@@ -208,9 +220,7 @@ knobs = st.one_of(
         st.floats(min_value=0, max_value=10000),
         st.sampled_from(["request", "limit", "allocatable"]),
     ),
-    st.sampled_from(["node.cpus * 1000", "'0-1é'", "'max'", "-3", "node.memory_bytes", "2 ** 70"]).map(
-        lambda e: {"expr": e}
-    ),
+    expressions,
 )
 segments = st.one_of(
     st.sampled_from(
@@ -279,23 +289,28 @@ percent = st.builds(
     st.floats(min_value=0, max_value=10000),
     st.sampled_from(["request", "limit", "allocatable"]),
 )
+# What each file plausibly gets (literal values its format takes, percents where it holds an amount),
+# or an expression, whose result only the tick can judge.
 PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
-    "cpu.shares": st.integers(min_value=2, max_value=262144) | percent,
-    "cpu.weight": st.integers(min_value=1, max_value=10000) | percent,
-    "cpu.idle": st.sampled_from([0, 1, "0", "1"]),
-    "cpu.cfs_quota_us": st.sampled_from([-1, "max"]) | CFS | percent,
-    "cpu.max": st.sampled_from(["max", "max 100000"])
-    | CFS
-    | st.builds("{} {}".format, CFS, st.integers(min_value=1000, max_value=1000000)),
-    "cpu.cfs_burst_us": st.integers(min_value=0, max_value=2**44 - 1) | percent,
-    "cpu.max.burst": st.integers(min_value=0, max_value=2**44 - 1) | percent,
-    "cpuset.cpus": st.sampled_from(["0", "1", "0-1", "0,1", "1-1"]),
-    "cpuset.mems": st.sampled_from(["0", "0-0"]),
-    "memory.min": BYTES | st.just("max") | percent,
-    "memory.low": BYTES | st.just("max") | percent,
-    "memory.high": BYTES | st.just("max") | percent,
-    "memory.max": BYTES | st.just("max") | percent,
-    "memory.limit_in_bytes": BYTES | st.sampled_from(["-1", "max", -1]) | percent,
+    f: s | expressions
+    for f, s in {
+        "cpu.shares": st.integers(min_value=2, max_value=262144) | percent,
+        "cpu.weight": st.integers(min_value=1, max_value=10000) | percent,
+        "cpu.idle": st.sampled_from([0, 1, "0", "1"]),
+        "cpu.cfs_quota_us": st.sampled_from([-1, "max"]) | CFS | percent,
+        "cpu.max": st.sampled_from(["max", "max 100000"])
+        | CFS
+        | st.builds("{} {}".format, CFS, st.integers(min_value=1000, max_value=1000000)),
+        "cpu.cfs_burst_us": st.integers(min_value=0, max_value=2**44 - 1) | percent,
+        "cpu.max.burst": st.integers(min_value=0, max_value=2**44 - 1) | percent,
+        "cpuset.cpus": st.sampled_from(["0", "1", "0-1", "0,1", "1-1"]),
+        "cpuset.mems": st.sampled_from(["0", "0-0"]),
+        "memory.min": BYTES | st.just("max") | percent,
+        "memory.low": BYTES | st.just("max") | percent,
+        "memory.high": BYTES | st.just("max") | percent,
+        "memory.max": BYTES | st.just("max") | percent,
+        "memory.limit_in_bytes": BYTES | st.sampled_from(["-1", "max", -1]) | percent,
+    }.items()
 }
 plain_targets = st.lists(
     st.from_regex(r"[a-z0-9][a-z0-9._-]{0,8}", fullmatch=True), min_size=1, max_size=3

@@ -37,7 +37,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.model.units import int_or_none, parse_cpuset
+from engine.model.node import NodeInfo
+from engine.model.units import format_cpuset, int_or_none, parse_cpuset
 from engine.strategies.knobs import (
     SHARES_MAX,
     SHARES_MIN,
@@ -219,14 +220,27 @@ narrower where the kernel would silently change the value (shares outside [2, 26
 or where a value would not survive translation to the other cgroup version."""
 
 
-def value_problem(file: str, text: str) -> str | None:
+def value_problem(file: str, text: str, node: NodeInfo | None = None) -> str | None:
     """Why ``text`` cannot be written to the logical ``file``, or None when it can (or when no
-    format is known for the file)."""
+    format is known for the file). With ``node``, a cpuset must also stay within the node's CPUs
+    and NUMA nodes (the kernel refuses any other: EINVAL)."""
     fmt = VALUE_FORMATS.get(file)
     if fmt is None:
         return None
     bad = fmt.problem(text)
-    return None if bad is None else f"{file} takes {fmt.describe}; {short_value(text)}: {bad}"
+    if bad is not None:
+        return f"{file} takes {fmt.describe}; {short_value(text)}: {bad}"
+    if node is not None and file in ("cpuset.cpus", "cpuset.mems"):
+        have = node.cpu_ids if file == "cpuset.cpus" else frozenset(range(node.numa_count))
+        outside = sorted(parse_cpuset(text) - have) if have else []
+        if outside:
+            what = "CPUs" if file == "cpuset.cpus" else "NUMA nodes"
+            shown = ", ".join(map(str, outside[:8])) + (", ..." if len(outside) > 8 else "")
+            return (
+                f"{file} {short_value(text)} names {what} {shown} that node {node.name!r} "
+                f"does not have ({format_cpuset(have)})"
+            )
+    return None
 
 
 def short_value(text: str) -> str:

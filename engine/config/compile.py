@@ -45,7 +45,7 @@ from engine.config.policy import (
 )
 from engine.config.render import ENV
 from engine.model.node import NodeInfo
-from engine.model.units import format_cpuset, parse_cpuset, parse_duration, parse_quantity
+from engine.model.units import parse_cpuset, parse_duration, parse_quantity
 from engine.strategies.knobs import compile_knob
 from engine.strategies.pressure import satisfaction_config_error
 
@@ -927,24 +927,16 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> st
     if text is None:
         return None
     text = text.strip()
-    bad = value_problem(file, text)
+    bad = value_problem(file, text, c.node)
     if bad:
-        c.add(path, bad, "the kernel would refuse it on every write; cgroup files take plain ASCII values")
+        hint = (
+            "the kernel refuses a cpuset outside the node's (and the parent's); "
+            "use a nodeSelector to target nodes that have them"
+            if "does not have" in bad
+            else "the kernel would refuse it on every write; cgroup files take plain ASCII values"
+        )
+        c.add(path, bad, hint)
         return None
-    if file in ("cpuset.cpus", "cpuset.mems"):
-        ids = parse_cpuset(text)
-        have = c.node.cpu_ids if file == "cpuset.cpus" else frozenset(range(c.node.numa_count))
-        outside = sorted(ids - have) if have else []
-        if outside:
-            what = "CPUs" if file == "cpuset.cpus" else "NUMA nodes"
-            c.add(
-                path,
-                f"{file} {short(text)} names {what} {short(outside)} that node {c.node.name!r} does not have "
-                f"({format_cpuset(have)})",
-                "the kernel refuses a cpuset outside the node's (and the parent's); "
-                "use a nodeSelector to target nodes that have them",
-            )
-            return None
     return text
 
 

@@ -48,7 +48,7 @@ def set_cgroup(ctx: ActionContext) -> bool:
                 continue
             if value is None:
                 continue
-            bad = value_problem(file, value.strip())
+            bad = value_problem(file, value.strip(), ctx.snap.node)
             if bad:  # an expression's result; literal values were checked at validation
                 ctx.skip(f"{path}/{file}: {bad}")
                 continue
