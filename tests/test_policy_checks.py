@@ -588,31 +588,31 @@ BAD_VALUES = [
     ("cpuset.cpus", '"0-99"', "names CPUs 16, 17, 18"),
     ("cpuset.mems", '"0-3"', "names NUMA nodes 2, 3 that"),
     ("cpuset.mems", '""', "an empty list"),
-    ("cpu.shares", "1", "'1' is outside [2, 262144]"),
-    ("cpu.shares", "300000", "'300000' is outside [2, 262144]"),
+    ("cpu.shares", "1", "'1': it is outside [2, 262144]"),
+    ("cpu.shares", "300000", "'300000': it is outside [2, 262144]"),
     ("cpu.shares", "max", "it is not a plain integer"),
     ("cpu.shares", "2.5", "it is not a plain integer"),
-    ("cpu.weight", "20000", "'20000' is outside [1, 10000]"),
-    ("cpu.weight", "0", "'0' is outside [1, 10000]"),
-    ("cpu.idle", "2", "'2' is outside [0, 1]"),
+    ("cpu.weight", "20000", "'20000': it is outside [1, 10000]"),
+    ("cpu.weight", "0", "'0': it is outside [1, 10000]"),
+    ("cpu.idle", "2", "'2': it is outside [0, 1]"),
     ("cpu.idle", "max", "it is not a plain integer"),
-    ("cpu.cfs_quota_us", "500", "'500' is outside [1000, 17592186044415]"),
-    ("cpu.cfs_quota_us", "-2", "'-2' is outside [1000"),
+    ("cpu.cfs_quota_us", "500", "'500': it is outside [1000, 17592186044415]"),
+    ("cpu.cfs_quota_us", "-2", "'-2': it is outside [1000"),
     ("cpu.cfs_quota_us", "1.0e+20", "outside [1000, 17592186044415]"),
-    ("cpu.max", '"500 100000"', "quota: '500' is outside [1000"),
-    ("cpu.max", '"max 2000000"', "period: '2000000' is outside [1000, 1000000]"),
+    ("cpu.max", '"500 100000"', "'500 100000': quota: it is outside [1000"),
+    ("cpu.max", '"max 2000000"', "period: it is outside [1000, 1000000]"),
     ("cpu.max", '"max  100000"', 'not "<quota|max> [<period>]"'),
-    ("cpu.max", '"-1"', "quota: '-1' is outside"),
-    ("cpu.max.burst", "-1", "'-1' is outside [0, 17592186044415]"),
+    ("cpu.max", '"-1"', "'-1': quota: it is outside"),
+    ("cpu.max.burst", "-1", "'-1': it is outside [0, 17592186044415]"),
     ("cpu.cfs_burst_us", "max", "it is not a plain integer"),
     ("memory.max", "1.5", "it is not a plain integer"),
-    ("memory.max", '"-1"', "'-1' is outside [0, 9223372036854775807]"),
+    ("memory.max", '"-1"', "'-1': it is outside [0, 9223372036854775807]"),
     ("memory.max", '"1G"', "it is not a plain integer"),
-    ("memory.high", "-5", "'-5' is outside [0, 9223372036854775807]"),
+    ("memory.high", "-5", "'-5': it is outside [0, 9223372036854775807]"),
     ("memory.limit_in_bytes", '"1e400"', "it is not a plain integer"),
     ("memory.limit_in_bytes", "1.0e+19", "outside [0, 9223372036854775807]"),
     ("memory.min", '"{{ 2 ** 70 }}"', "does not fit in 64 bits"),  # rendered first (render.py's own bound)
-    ("cpu.shares", '"{{ 1 }}"', "'1' is outside [2, 262144]"),  # checked after rendering
+    ("cpu.shares", '"{{ 1 }}"', "'1': it is outside [2, 262144]"),  # checked after rendering
 ]
 
 
@@ -735,3 +735,22 @@ def test_a_percent_of_a_resource_cannot_size_a_file_that_holds_no_amount(tmp_pat
 def test_other_actions_cgroup_paths_are_checked_like_set_cgroup_targets(tmp_path: Path, action: str, where: str) -> None:
     problems = check(tmp_path, f"rules:\n  - name: r\n    then: {action}\n")
     assert [p.location.path for p in problems if "cgroup" in p.message and "path" in p.message] == [where]
+
+
+@pytest.mark.parametrize(
+    ("knob", "where", "message"),
+    [
+        ("cpu: {cfsQuota: 500}", "cpu.cfsQuota", "cpu.cfs_quota_us takes"),
+        ("cpu: {burst: -1}", "cpu.burst", "cpu.cfs_burst_us takes"),
+        ("memory: {high: 1.5}", "memory.high", "it is not a plain integer"),
+        ("memory: {limit: -2}", "memory.limit", "memory.limit_in_bytes takes"),
+        ("memory: {min: max, low: 1.0e+19}", "memory.low", "outside [0, 9223372036854775807]"),
+    ],
+)
+def test_class_knob_literals_are_checked_like_set_cgroup_values(
+    tmp_path: Path, knob: str, where: str, message: str
+) -> None:
+    problems = check(tmp_path, f"classes:\n  - name: be\n    {knob}\n")
+    assert [p.location.path for p in problems if message in p.message] == [f"$.spec.classes[0].{where}"], [
+        p.format() for p in problems
+    ]

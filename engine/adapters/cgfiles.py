@@ -134,7 +134,7 @@ def _integer_problem(text: str, lo: int, hi: int) -> str | None:
     if not _INTEGER.fullmatch(text):
         return "it is not a plain integer"
     if len(text) > 21 or not lo <= int(text) <= hi:  # more digits than any bound: no huge int()
-        return f"{short_value(text)} is outside [{lo}, {hi}]"
+        return f"it is outside [{lo}, {hi}]"
     return None
 
 

@@ -72,6 +72,17 @@ EFFECT_TYPES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Class knobs whose literal is written as given, by the file (in the v1 dialect; the adapter
+# translates) that receives it. shares and weight are share counts and weights that qosd clamps.
+CLASS_KNOB_FILES = {
+    ("cpu", "cfsQuota"): "cpu.cfs_quota_us",
+    ("cpu", "burst"): "cpu.cfs_burst_us",
+    ("memory", "min"): "memory.min",
+    ("memory", "low"): "memory.low",
+    ("memory", "high"): "memory.high",
+    ("memory", "limit"): "memory.limit_in_bytes",
+}
+
 _SINGULAR = {"classes": "class", "enhancements": "enhancement", "pools": "pool", "rules": "rule"}
 
 
@@ -251,6 +262,8 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
     for section in ("cpu", "memory"):
         for key, knob in (raw.get(section) or {}).items():
             _check_knob(c, (*base, section, key), knob)
+            if (section, key) in CLASS_KNOB_FILES:
+                _check_cgroup_value(c, (*base, section, key), CLASS_KNOB_FILES[section, key], knob)
     resctrl = raw.get("resctrl") or {}
     l3 = resctrl.get("l3Percent")
     if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
