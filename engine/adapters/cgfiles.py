@@ -403,6 +403,8 @@ def _host_values(
             return [("cpu.shares", str(weight_to_shares(weight, formula)))]
         if file == "memory.max":
             return [("memory.limit_in_bytes", V1_UNLIMITED if text == V2_UNLIMITED else text)]
+        if file == "cpu.cfs_quota_us":
+            return [(file, _quota_v1(text))]  # "max" is -1 here
         if file in V1_MEMORY_LIMITS and text == V2_UNLIMITED:
             return [(file, V1_UNLIMITED)]  # v1 page counters read only "-1" as unlimited
         return [(V2_TO_V1.get(file, file), text)]
