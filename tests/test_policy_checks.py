@@ -699,8 +699,10 @@ def test_set_cgroup_plain_relative_targets_validate(tmp_path: Path, target: str)
     [
         ("cpu.cfs_quota_us: 10000, cpu.cfs_burst_us: 20000", "CFS burst 20000 us is above the quota 10000 us"),
         ('cpu.max: "5000 100000", cpu.max.burst: 5001', "CFS burst 5001 us is above the quota 5000 us"),
-        ("cpu.idle: 1, cpu.shares: 2", "cpu.idle: 1 together with cpu.shares"),
-        ("cpu.idle: 1, cpu.weight: 1", "cpu.idle: 1 together with cpu.weight"),
+        ("cpu.idle: 1, cpu.shares: 2", "together with cpu.shares"),
+        ("cpu.idle: 1, cpu.weight: 1", "together with cpu.weight"),
+        ('cpu.idle: 1, cpu.shares: {expr: "node.cpus * 1000"}', "together with cpu.shares"),  # property test
+        ('cpu.idle: {expr: "1"}, cpu.weight: 100', "together with cpu.weight"),
     ],
 )
 def test_set_cgroup_values_the_kernel_refuses_together_are_located(tmp_path: Path, values: str, message: str) -> None:

@@ -879,7 +879,7 @@ def _check_action(
             text = _check_cgroup_value(c, (*p, "values", key), key, knob)
             if text is not None:
                 literals[key] = text
-        _check_cgroup_combination(c, (*p, "values"), literals)
+        _check_cgroup_combination(c, (*p, "values"), literals, set(params.get("values") or ()))
         if "values" not in params and "memoryQos" not in params:
             c.add(p, "setCgroup needs values, memoryQos or both", "e.g. values: {cpu.shares: 2}")
         if "memoryQos" in params and "class" not in target:
@@ -953,10 +953,10 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> st
     return text
 
 
-def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, str]) -> None:
-    """Literal values of one setCgroup that the kernel refuses together (sched/core.c): a CFS burst
-    above the quota, or burst + quota above max_cfs_runtime; and a weight next to cpu.idle=1, which
-    pins the weight (every later weight write is EINVAL)."""
+def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, str], files: set[str]) -> None:
+    """Values of one setCgroup that the kernel refuses together (sched/core.c): a literal CFS burst
+    above a literal quota, or burst + quota above max_cfs_runtime; and any weight next to a cpu.idle
+    that may be 1, which pins the weight (every later weight write is EINVAL)."""
     quota_text = literals.get("cpu.cfs_quota_us") or literals.get("cpu.max", "").split(" ")[0]
     burst_text = literals.get("cpu.cfs_burst_us") or literals.get("cpu.max.burst")
     quota = int(quota_text) if quota_text.lstrip("-").isdigit() else -1
@@ -969,11 +969,12 @@ def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, s
                 f"(or the two exceed {MAX_CFS_RUNTIME_US} us)",
                 "the kernel refuses a burst larger than the quota; lower the burst or raise the quota",
             )
-    weight = [f for f in ("cpu.shares", "cpu.weight") if f in literals]
-    if literals.get("cpu.idle") == "1" and weight:
+    weight = [f for f in ("cpu.shares", "cpu.weight") if f in files]
+    if "cpu.idle" in files and literals.get("cpu.idle") != "0" and weight:
         c.add(
             path,
-            f"cpu.idle: 1 together with {weight[0]}: an idle group's weight is pinned by the kernel",
+            f"cpu.idle (unless a literal 0) together with {weight[0]}: "
+            "an idle group's weight is pinned by the kernel",
             f"drop {weight[0]} (an idle group runs only when nothing else wants the CPU anyway)",
         )
 
