@@ -101,7 +101,9 @@ MAX_CFS_PERIOD_US = 1_000_000  # max_cfs_quota_period (1 s)
 MAX_CFS_RUNTIME_US = 2**44 - 1  # max_cfs_runtime: a larger quota or burst is EINVAL (about 203 days)
 MAX_BYTES = 2**63 - 1  # a page counter's bytes; larger values do not fit the kernel's s64/u64 parse
 
-_INTEGER = re.compile(r"-?[0-9]+")
+# Decimal without leading zeros: the kernel reads most of these files with base 0, where "010" is
+# octal 8 and "08" is EINVAL.
+_INTEGER = re.compile(r"0|-?[1-9][0-9]*")
 _CPU_LIST = re.compile(r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*")
 
 
@@ -132,7 +134,7 @@ class ValueFormat:
 
 def _integer_problem(text: str, lo: int, hi: int) -> str | None:
     if not _INTEGER.fullmatch(text):
-        return "it is not a plain integer"
+        return "it is not a plain decimal integer (no sign on 0, no leading zeros)"
     if len(text) > 21 or not lo <= int(text) <= hi:  # more digits than any bound: no huge int()
         return f"it is outside [{lo}, {hi}]"
     return None
