@@ -59,7 +59,10 @@ def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()
 def _node_from_document(doc: Document) -> NodeInfo:
     data: dict[str, Any] = doc.data
     if data.get("kind") == "Node":
-        return node_from_kube(data)
+        try:
+            return node_from_kube(data)
+        except ValueError as exc:  # a capacity that is not a quantity within bounds
+            raise PolicyError([Problem(doc.locate(("status", "capacity")), str(exc))]) from None
     snapshot = data if "node" in data else {"node": data}
     locate = doc.locate if "node" in data else (lambda p, k=False: doc.locate(p[1:], k))
     problems = schema_problems(snapshot, locate, "facts")
