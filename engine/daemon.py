@@ -72,7 +72,7 @@ from engine.adapters.mounts import CgroupUnavailable
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
-from engine.argtypes import cgroup_pattern, duration, integer, listen_address
+from engine.argtypes import cgroup_pattern, duration, integer, listen_address, profile
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, node_labels
 from engine.evaluate.engine import Engine
@@ -434,8 +434,6 @@ class FileFault(abc.ABC):
     def counts(self, suppressed: int | None) -> dict[str, int]:
         """The log fields: what was lost since the last report (``suppressed`` repeats not logged),
         or since the last good write (``suppressed`` None, on recovery)."""
-
-
 
 
 def append_record(path: Path, data: bytes) -> None:
@@ -1319,7 +1317,9 @@ def add_parser(sub: Any) -> None:
         help="rule file or directory (repeatable); re-read when it changes",
     )
     r.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    r.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL})")
+    r.add_argument(
+        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
+    )
     r.add_argument(
         "--label",
         action="append",
