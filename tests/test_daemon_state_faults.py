@@ -36,6 +36,7 @@ from tests.test_daemon import daemon as standalone_daemon
 from tests.test_kube_daemon import (
     BASE,
     BATCH_CPU,
+    EVICT,
     NODE,
     pod,
     populate,
@@ -47,16 +48,8 @@ from tests.test_kube_daemon import (
 
 # The evict-be rule of tests/test_kube_daemon.py with a cooldown no test waits out: the eviction can
 # only happen after the save recovers if its held-back firing was not recorded.
-EVICT_HOUR = """\
-    - name: evict-be
-      when: {node.cpus: {gte: 1}}
-      then:
-        evict:
-          victims: {classes: [be]}
-          orderBy: [name]
-          maxPerRound: 1
-          cooldown: 1h
-"""
+EVICT_HOUR = EVICT.replace("cooldown: 1s", "cooldown: 1h")
+assert EVICT_HOUR != EVICT
 
 
 class Records(logging.Handler):
