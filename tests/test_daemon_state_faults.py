@@ -111,6 +111,7 @@ def fill(directory: Path) -> Path:
     return filler
 
 
+@pytest.mark.realcgroup  # root: it mounts a tmpfs of its own
 def test_a_full_state_file_system_holds_evictions_back_applies_the_rest_and_recovers(
     apiserver: ApiServer, tmp_path: Path, small_fs: Path, records: Records
 ) -> None:
