@@ -97,10 +97,8 @@ def quantity(minimum: float, maximum: float, unit: str = "") -> Callable[[str], 
     def parse(text: str) -> float:
         try:
             value = parse_quantity(text)
-        except (ValueError, ArithmeticError):  # a huge exponent overflows the decimal context
-            raise argparse.ArgumentTypeError(
-                f"{text[:40]!r} is not a quantity; write e.g. 4, 500m, 300Mi or 5Gi"
-            ) from None
+        except ValueError as exc:  # UnitError: names the value and what qosd accepts
+            raise argparse.ArgumentTypeError(str(exc)) from None
         if not math.isfinite(value) or not minimum <= value <= maximum:
             raise argparse.ArgumentTypeError(
                 f"{text[:40]} is out of range: between {_quantity(minimum)} and {_quantity(maximum)}"

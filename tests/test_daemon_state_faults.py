@@ -229,6 +229,7 @@ def failed(records: Records) -> list[dict[str, Any]]:
     return [r.fields for r in records.messages("operation failed")]
 
 
+@pytest.mark.realcgroup
 def test_a_failing_operation_is_logged_once_per_target_file_and_reason_with_the_repeats(
     tree: Subtree, tmp_path: Path, records: Records
 ) -> None:
