@@ -9,6 +9,7 @@ traceback (the test suite sets QOSD_DEBUG so that a bug fails its test loudly).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -19,7 +20,7 @@ from typing import Any, NoReturn
 from engine import __version__, daemon, demo, explain, ruletest, simulate
 from engine.argtypes import integer, profile
 from engine.config.errors import Location, PolicyError, Problem, UsageError
-from engine.config.load import Document, read_file
+from engine.config.load import Document, json_path, parse_documents, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels, validate
 from engine.config.schema_check import schema_problems
@@ -173,12 +174,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_state(path: Path) -> EngineState:
+    """The state ``--state`` names; a file that is not one is invalid input (exit 1), located at the
+    broken JSON's line:col or, for a value the schema refuses, at that value."""
     try:
-        return state_from_json(path.read_bytes())
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"--state {path}: {exc.strerror}") from None
+    try:
+        return state_from_json(data)
     except CorruptState as exc:
-        raise UsageError(f"--state {path}: not an engine state (schemas/state.schema.json): {exc}") from None
+        where = Location(str(path), exc.line, exc.column, json_path(exc.path))
+        if not exc.line:
+            with contextlib.suppress(PolicyError, ValueError):  # JSON is YAML: its marks give line:col
+                docs = parse_documents(data.decode("utf-8"), str(path))
+                if docs:
+                    where = docs[0].locate(exc.path)
+        raise PolicyError(
+            [
+                Problem(
+                    where,
+                    f"not an engine state: {exc}",
+                    hint="--state takes a file `qosd run --state-file` wrote, or the `state` object of "
+                    "`qosd eval --output json` (schemas/state.schema.json)",
+                )
+            ]
+        ) from None
 
 
 def cmd_crd(args: argparse.Namespace) -> int:

@@ -175,12 +175,28 @@ def test_other_commands_flag_errors_are_one_line_and_exit_2(argv: list[str], nee
     assert_one_line_usage_error(qosd(*argv), *needles)
 
 
-def test_eval_with_a_state_of_the_wrong_shape_is_a_usage_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "where", "needle"),
+    [
+        ('{"state":{"heldSince":[1]}}', ":1:23:", "$.state.heldSince"),
+        ('{"state":\n  {"heldSince": {"r": "x"}}}', ":2:23:", "$.state.heldSince.r"),
+        ("[]", ":1:1:", "not of type 'object'"),
+        ('{"state": {"heldSince": {\n  "r": 1,,', ":2:10:", "not JSON"),
+        ('{"state": "\xff"}', ":1:12:", "not JSON"),
+    ],
+    ids=["schema", "schema-line-2", "root", "broken-json", "not-utf8"],
+)
+def test_eval_with_a_state_that_is_not_one_is_a_located_error(tmp_path: Path, text: str, where: str, needle: str) -> None:
+    """Invalid input (exit 1), located at the broken JSON or the value the schema refuses."""
     state = tmp_path / "state.json"
-    state.write_text('{"state":{"heldSince":[1]}}')
+    state.write_bytes(text.encode("latin-1"))
     facts = ROOT / "examples" / "snapshots" / "be-cpu-evict.yaml"
     proc = qosd("eval", "--facts", str(facts), "--state", str(state))
-    assert_one_line_usage_error(proc, f"--state {state}", "$.state.heldSince")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"{state}{where} error: not an engine state"), first
+    assert needle in first, first
 
 
 # ---------------------------------------------------------------- the last resort
