@@ -36,7 +36,7 @@ from jsonschema import Draft202012Validator
 from engine.config.errors import Location, PolicyError, Problem, UsageError, short
 from engine.config.load import Document, JsonPath, read_file, yaml_files_under
 from engine.config.pipeline import API_VERSION, PROFILE_LABEL, build_policy, load_documents
-from engine.config.schema_check import did_you_mean, inline_refs, schema_problems, validation_problems
+from engine.config.schema_check import did_you_mean, inline_refs, validation_problems
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.explain import held_reasons, human_bytes
@@ -44,6 +44,7 @@ from engine.model.facts import snapshot_from_dict
 from engine.model.units import parse_duration, parse_quantity
 from engine.plan.planner import Guards
 from engine.resources import data_dir
+from engine.sources.facts_check import facts_problems
 from engine.sources.snapshot_file import read_facts
 from engine.tick import TickResult, run_tick
 
@@ -469,7 +470,7 @@ class _SuiteReader:
                     self.problems.extend(exc.problems)
                     return None
             return copy.deepcopy(self._facts_cache[full])
-        found = schema_problems(raw, self.under(path), "facts")
+        found = facts_problems(raw, self.under(path))
         if found:
             self.problems.extend(found)
             return None
@@ -479,7 +480,7 @@ class _SuiteReader:
         if patch is None:
             return facts
         merged: dict[str, Any] = merge_patch(facts, patch)
-        found = schema_problems(merged, self.under(path), "facts")
+        found = facts_problems(merged, self.under(path))
         if found:
             self.problems.extend(
                 Problem(p.location, f"the facts after this patch are invalid: {p.message}", p.hint)

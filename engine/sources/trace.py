@@ -35,6 +35,7 @@ from engine.config.schema_check import inline_refs, validation_problems
 from engine.model.facts import FactMap, Snapshot, Workload, flatten_metrics, snapshot_from_dict
 from engine.model.units import parse_duration, parse_quantity
 from engine.resources import data_dir, load_schema
+from engine.sources.facts_check import semantic_problems
 from engine.sources.snapshot_file import read_facts
 
 API_VERSION = "qosd.io/v1alpha1"
@@ -262,6 +263,17 @@ class _Builder:
     def problem(self, path: JsonPath, message: str, hint: str = "", key: bool = False) -> None:
         self.problems.append(Problem(self.locate(path, key), message, hint))
 
+    def _facts(self, doc: Mapping[str, Any], prefix: JsonPath) -> bool:
+        """Record the semantic problems of an inline facts document (the trace schema checked its
+        shape); True when there were any, so the caller builds nothing from it."""
+
+        def locate(p: JsonPath, key: bool = False) -> Location:
+            return self.locate((*prefix, *p), key)
+
+        found = semantic_problems(doc, locate)
+        self.problems.extend(found)
+        return bool(found)
+
     def build(self) -> Trace:
         data = self.data
         base_raw = data["base"]
@@ -279,6 +291,9 @@ class _Builder:
             base_doc = read_facts(base_path)
         else:
             base_doc = base_raw
+            self._facts(base_doc, ("base",))
+            if self.problems:
+                raise PolicyError(self.problems)
         base = snapshot_from_dict(base_doc)
         start = float(data.get("start", base_doc.get("time", 0.0)))
         step = parse_duration(data["step"])
@@ -392,6 +407,8 @@ class _Builder:
                         "a recorded snapshot is replayed as is; put deltas in a sample of their own",
                         key=True,
                     )
+                if self._facts(s["snapshot"], (*path, "snapshot")):
+                    continue
                 snap = snapshot_from_dict({**s["snapshot"], "time": start + offset})
                 out.append(Sample(i, offset, snapshot=snap))
                 continue
