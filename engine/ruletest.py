@@ -45,6 +45,7 @@ from engine.model.units import parse_duration, parse_quantity
 from engine.plan.planner import Guards
 from engine.resources import data_dir
 from engine.sources.facts_check import facts_problems
+from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
 from engine.tick import TickResult, run_tick
 
@@ -433,15 +434,22 @@ class _SuiteReader:
 
     # -- parts
 
+    def _named(self, name: str, path: JsonPath, what: str, directory_ok: bool = False) -> Path | None:
+        """The file a suite names, resolved against the suite's directory; None (and a problem at
+        the naming field) when it cannot be read, whatever the operating system says about it."""
+        full, message = named_file(self.base, name, what, directory_ok)
+        if message:
+            self.add(path, message)
+        return full
+
     def _policy(self, raw: Mapping[str, Any], path: JsonPath, base: PolicySpec) -> PolicySpec:
         paths = base.paths
         if "paths" in raw:
             resolved = []
             for j, p in enumerate(raw["paths"]):
-                full = (self.base / p).resolve()
-                if not full.exists():
-                    self.add((*path, "paths", j), f"rule path {p} does not exist (looked at {full})")
-                resolved.append(full)
+                full = self._named(p, (*path, "paths", j), "rule path", directory_ok=True)
+                if full is not None:
+                    resolved.append(full)
             paths = tuple(resolved)
         return PolicySpec(
             paths=paths,
@@ -459,9 +467,8 @@ class _SuiteReader:
 
     def _facts(self, raw: Any, path: JsonPath) -> dict[str, Any] | None:
         if isinstance(raw, str):
-            full = (self.base / raw).resolve()
-            if not full.is_file():
-                self.add(path, f"facts file {raw} does not exist (looked at {full})")
+            full = self._named(raw, path, "facts file")
+            if full is None:
                 return None
             if full not in self._facts_cache:
                 try:
@@ -495,9 +502,8 @@ class _SuiteReader:
         data: Any = raw
         locate: Locate = self.under(path)
         if isinstance(raw, str):
-            full = (self.base / raw).resolve()
-            if not full.is_file():
-                self.add(path, f"state file {raw} does not exist (looked at {full})")
+            full = self._named(raw, path, "state file")
+            if full is None:
                 return EngineState()
             try:
                 docs = read_file(full)
@@ -663,13 +669,16 @@ def discover(paths: Sequence[Path]) -> tuple[list[Document], list[Problem]]:
     docs: list[Document] = []
     problems: list[Problem] = []
     for p in paths:
+        why = unusable(p, directory_ok=True)
+        if why:
+            raise UsageError(f"{shown(str(p))} {why}")
         if p.is_dir():
             for f in yaml_files_under(p):
                 try:
                     docs.extend(d for d in read_file(f) if _is_suite(d))
                 except PolicyError as exc:
                     problems.extend(exc.problems)
-        elif p.is_file():
+        else:
             try:
                 found = read_file(p)
             except PolicyError as exc:
@@ -690,8 +699,6 @@ def discover(paths: Sequence[Path]) -> tuple[list[Document], list[Problem]]:
                     )
             if not found:
                 problems.append(Problem(Location(str(p), 1, 1), "file holds no YAML document"))
-        else:
-            raise UsageError(f"{p} does not exist")
     if not docs and not problems:
         raise UsageError(
             "no RuleTest suites found in "

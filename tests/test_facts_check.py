@@ -204,3 +204,11 @@ def test_trace_inline_base_and_snapshot_sample_are_checked(tmp_path: Path) -> No
         "$.samples[1].snapshot.workloads[4].uid",
         "$.samples[1].snapshot.node.topology.cpus[16].id",
     }
+
+
+def test_a_facts_file_that_is_a_pipe_is_refused_without_blocking(tmp_path: Path) -> None:
+    """Opening a FIFO for reading waits for a writer: the reader must refuse it from its stat."""
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(PolicyError) as info:
+        read_facts(tmp_path / "pipe")
+    assert "is not a regular file" in info.value.format()
