@@ -330,6 +330,9 @@ class PolicySpec:
     builtin: bool = True
     profile: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The ``policy:`` that chose these (the case's, else the suite's): where a policy that cannot be
+    # built for the case's node is reported, since its own problem may name only the node.
+    location: Location | None = None
 
 
 @dataclass(frozen=True)
@@ -410,7 +413,7 @@ class _SuiteReader:
         self.problems.extend(_problems(_suite_validator(), data, self.loc))
         if self.problems:
             return None
-        suite_policy = self._policy(data.get("policy") or {}, ("policy",), PolicySpec())
+        suite_policy = self._policy(data.get("policy"), ("policy",), PolicySpec())
         suite_guards = self._guards(data.get("guards") or {}, Guards())
         names: dict[str, int] = {}
         cases = []
@@ -442,7 +445,10 @@ class _SuiteReader:
             self.add(path, message)
         return full
 
-    def _policy(self, raw: Mapping[str, Any], path: JsonPath, base: PolicySpec) -> PolicySpec:
+    def _policy(self, given: Mapping[str, Any] | None, path: JsonPath, base: PolicySpec) -> PolicySpec:
+        if given is None:
+            return base
+        raw = given
         paths = base.paths
         if "paths" in raw:
             resolved = []
@@ -456,6 +462,7 @@ class _SuiteReader:
             builtin=bool(raw.get("builtin", base.builtin)),
             profile=raw.get("profile", base.profile),
             labels={**base.labels, **(raw.get("labels") or {})},
+            location=self.loc(path, True),
         )
 
     @staticmethod
@@ -536,7 +543,7 @@ class _SuiteReader:
     def _case(self, i: int, raw: Mapping[str, Any], policy: PolicySpec, guards: Guards) -> Case | None:
         before = len(self.problems)
         base: JsonPath = ("cases", i)
-        case_policy = self._policy(raw.get("policy") or {}, (*base, "policy"), policy)
+        case_policy = self._policy(raw.get("policy"), (*base, "policy"), policy)
         case_guards = self._guards(raw.get("guards") or {}, guards)
         case_facts = None
         if "facts" in raw:
@@ -998,6 +1005,17 @@ def evaluation_document(result: TickResult) -> dict[str, Any]:
     return plain
 
 
+def _at_policy(problem: Problem, where: Location) -> Problem:
+    """A policy problem with no file position ("no policy document applies to node 'n'") moved to
+    the ``policy:`` that chose the documents, the line an engineer edits to fix it; what it named
+    before (the node, an unreadable file) stays as related."""
+    if problem.location.line:
+        return problem
+    named = problem.location.source in problem.message  # "... node 'n'" already says where
+    related = problem.related if named else (problem.location, *problem.related)
+    return Problem(where, problem.message, problem.hint, related)
+
+
 def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseResult, list[dict[str, Any]]]:
     """Run every step of a case with state carried over; the Evaluation documents come back too."""
     result = CaseResult(suite.source, suite.name, case.name, case.location, "pass", case.xfail)
@@ -1012,7 +1030,7 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
         policy = build_policy(load_documents(list(spec.paths), builtin=spec.builtin), node)
     except PolicyError as exc:
         result.status = "error"
-        result.problems = list(exc.problems)
+        result.problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
         return result, ticks
     engine = Engine(policy, backend=backend)
     state = case.state

@@ -804,3 +804,26 @@ def test_engine_honours_evict_cooldown() -> None:
 def test_engine_takes_one_victim_per_pressured_numa_node() -> None:
     ticks = _ticks(read_facts(SNAPSHOTS / "numa-watermark-pressure.yaml"), [1700000000], set())
     assert ticks[0] == ["etl"]
+
+
+@pytest.mark.parametrize(
+    ("body", "anchor"),
+    [
+        # the suite's policy: selects nothing (no built-ins, no paths)
+        ("policy: {builtin: false}\ncases: [{name: a, facts: FACTS}]\n", "policy"),
+        # the case's own policy: overrides the suite's and selects nothing
+        ("cases:\n  - name: a\n    facts: FACTS\n    policy: {builtin: false}\n", "policy"),
+    ],
+)
+def test_no_policy_for_the_node_points_at_the_policy_that_chose_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, anchor: str
+) -> None:
+    """Issue 14: this was reported at the node name, line 0, path $."""
+    path = suite(tmp_path, body)
+    code, out, _ = run(capsys, str(path))
+    assert code == 1
+    at = f"{path}:{position(path.read_text(), anchor)}: error: no policy document applies to node"
+    assert at in out and "see also" not in out, out
+    code, out, _ = run(capsys, str(path), "--output", "json")
+    problems = [p for case in json.loads(out)["cases"] for p in case["problems"]]
+    assert problems and all(p["line"] for p in problems), problems
