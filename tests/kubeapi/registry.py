@@ -33,7 +33,7 @@ from tests.kubeapi.patch import (
     strategic_merge_patch,
 )
 from tests.kubeapi.selectors import FieldGetter, FieldSelector, LabelSelector
-from tests.kubeapi.store import ADDED, DELETED, MODIFIED, Store, TooOld
+from tests.kubeapi.store import ADDED, DELETED, MODIFIED, Store, TooOld, copy_json
 from tests.kubeapi.typed import prune_typed
 
 Json = dict[str, Any]
@@ -964,7 +964,7 @@ class Registry:
         given uid, creationTimestamp or generation is kept)."""
         api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
         rt = self.for_kind(api_version, kind)
-        new = rt.to_storage(rt.strategy.default(copy.deepcopy(obj)))
+        new = rt.to_storage(rt.strategy.default(copy_json(obj)))
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
             raise ValueError(f"{kind} without metadata.name")
