@@ -663,11 +663,13 @@ def test_a_policy_nested_past_the_decoders_limit_is_refused_by_name_and_the_refl
     Written straight into the store, as an object etcd holds (the CRD schema would refuse it)."""
     from engine.config.errors import PolicyError
     from engine.config.pipeline import build_policy
+    from engine.kube.status import PolicyStatusAggregator
     from engine.sources.policies import PolicyWatch
     from tests.builders import snapshot
 
     apiserver.put(policy("good", rules=[]))
-    apiserver.put(policy("deep", rules=nested(3000)))
+    # under when:, which the CRD keeps as is (x-kubernetes-preserve-unknown-fields)
+    apiserver.put(policy("deep", rules=[{"name": "r", "when": {"x": nested(3000)}}]))
     watch = PolicyWatch(apiserver.api_client())
     watch.start()
     try:
@@ -680,15 +682,25 @@ def test_a_policy_nested_past_the_decoders_limit_is_refused_by_name_and_the_refl
         assert not any("good" in str(p.location) for p in info.value.problems)
 
         # through the watch: another one arrives, and a change to a good one still comes in
-        apiserver.put(policy("deeper", rules=[{"x": nested(5000)}]))
-        apiserver.put(policy("good", rules=[], description="changed"))
+        apiserver.put(policy("deeper", rules=[{"name": "r", "when": {"x": nested(5000)}}]))
+        apiserver.put(policy("good", rules=[], priority=5))
         wait_until(
-            lambda: "deeper" in watch.objects() and "description" in watch.objects()["good"]["spec"],
+            lambda: "deeper" in watch.objects() and "priority" in watch.objects()["good"]["spec"],
             what="the watch delivering the deep object and the change after it",
         )
         stats = watch.reflector.stats
         assert stats.errors == 0 and stats.cut_objects == 2, stats
         assert stats.lists == 1  # the deep event did not break the watch into a relist
+
+        # and its status says so: the write does not decode the object the server sends back
+        statuses = PolicyStatusAggregator(apiserver.api_client(), watch.objects, watch.documents, dict)
+        assert statuses.sync() == 3
+        for name, valid in (("good", "True"), ("deep", "False"), ("deeper", "False")):
+            stored = apiserver.get(API_VERSION, POLICY_KIND, name)
+            assert stored is not None
+            (cond,) = [c for c in stored["status"]["conditions"] if c["type"] == "Valid"]
+            assert cond["status"] == valid, (name, cond)
+            assert valid == "True" or "nests deeper" in cond["message"], cond
     finally:
         watch.stop()
 
