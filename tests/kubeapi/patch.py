@@ -289,9 +289,7 @@ def _merge_list(
     base: list[Any] = list(original) if isinstance(original, list) else []
     if any(isinstance(item, dict) and item.get(_DIRECTIVE) == "replace" for item in patch):
         return [
-            _strip_directives(copy_json(i))
-            for i in patch
-            if not (isinstance(i, dict) and _DIRECTIVE in i)
+            _strip_directives(copy_json(i)) for i in patch if not (isinstance(i, dict) and _DIRECTIVE in i)
         ]
     if key == SET:
         for item in patch:
