@@ -77,6 +77,14 @@ def dotdot_observed(d: dict[str, Any]) -> None:
     d["cgroups"] = {"../outside": {"cpu.shares": "2"}}
 
 
+def huge_capacity(d: dict[str, Any]) -> None:
+    d["node"]["capacity"]["memory"] = 1e300
+
+
+def huge_request(d: dict[str, Any]) -> None:
+    d["workloads"][0]["containers"] = [{"name": "c", "requests": {"cpu": 1e300}}]
+
+
 def numa_metric_key(d: dict[str, Any]) -> None:
     d["metrics"]["numa"] = {"zero": {}}
 
@@ -109,6 +117,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("cgroup path leaves the root", dotdot_cgroup, "$.workloads[0].cgroupPath", "'..' component"),
     ("observed cgroup leaves the root", dotdot_observed, "$.cgroups['../outside']", "'..' component"),
     ("NUMA metrics key", numa_metric_key, "$.metrics.numa.zero", "keyed by NUMA id"),
+    ("capacity out of range", huge_capacity, "$.node.capacity.memory", "larger than any resource amount"),
+    ("request out of range", huge_request, "$.workloads[0].containers[0].requests.cpu", "larger than any"),
 ]
 
 

@@ -9,14 +9,35 @@ file:line:col and JSON path instead of raising in the middle of a tick.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from engine.config.errors import Location, Problem
 from engine.config.load import JsonPath
 from engine.config.schema_check import schema_problems
+from engine.model.units import parse_quantity
+from engine.sources.named_files import shown
 
 Locate = Callable[[JsonPath, bool], Location]
+
+# The largest amount of a resource qosd takes: a 64-bit counter's worth of base units (cores,
+# bytes). Kubernetes quantities of real nodes and pods are far below; a larger one is a typo or a
+# paste, and sums of such (a node's requests) would reach infinity in the middle of a tick.
+MAX_QUANTITY = float(2**63)
+
+
+def quantity_problem(value: Any) -> str:
+    """Why ``value`` is not a resource amount qosd takes ("" when it is)."""
+    try:
+        amount = parse_quantity(value)
+    except ValueError as exc:
+        return str(exc)
+    except (ArithmeticError, TypeError):  # decimal.Overflow is an ArithmeticError
+        return f"{shown(str(value))} is not a quantity qosd can hold"
+    if not math.isfinite(amount) or amount > MAX_QUANTITY:
+        return f"{shown(str(value))} is larger than any resource amount (at most 2^63 base units)"
+    return ""
 
 
 def facts_problems(data: Any, locate: Locate) -> list[Problem]:
@@ -50,6 +71,8 @@ def semantic_problems(data: Mapping[str, Any], locate: Locate) -> list[Problem]:
     node = data.get("node") or {}
     topo = node.get("topology") or {}
     _topology(topo, ("node", "topology"), locate, out)
+    for field in ("capacity", "allocatable"):
+        _amounts(node.get(field), ("node", field), locate, out)
     _workloads(data.get("workloads") or [], locate, out)
     metrics = data.get("metrics") or {}
     for key in metrics.get("numa") or {}:
@@ -138,6 +161,8 @@ def _workloads(items: list[Any], locate: Locate, out: list[Problem]) -> None:
         containers = _Seen(locate, out)
         for j, c in enumerate(w.get("containers") or []):
             cpath: JsonPath = (*path, "containers", j)
+            for field in ("requests", "limits"):
+                _amounts(c.get(field), (*cpath, field), locate, out)
             containers.add(
                 c["name"],
                 (*cpath, "name"),
@@ -146,6 +171,14 @@ def _workloads(items: list[Any], locate: Locate, out: list[Problem]) -> None:
             )
             if c.get("cgroupPath"):
                 _cgroup_path(c["cgroupPath"], (*cpath, "cgroupPath"), False, locate, out)
+
+
+def _amounts(raw: Any, base: JsonPath, locate: Locate, out: list[Problem]) -> None:
+    for name, value in (raw or {}).items():
+        why = quantity_problem(value)
+        if why:
+            hint = "amounts are in base units: cores, bytes"
+            out.append(Problem(locate((*base, name), False), f"{name}: {why}", hint))
 
 
 def _cgroup_path(text: str, path: JsonPath, key: bool, locate: Locate, out: list[Problem]) -> None:

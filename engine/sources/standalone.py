@@ -41,6 +41,7 @@ from engine.model.units import parse_quantity
 from engine.resources import data_dir
 from engine.sources.cgroupfs import CgroupFS
 from engine.sources.collector import CollectorOptions, NodeCollector
+from engine.sources.facts_check import quantity_problem
 
 API_VERSION = "qosd.io/v1alpha1"
 KIND = "StandaloneWorkloads"
@@ -150,6 +151,13 @@ def load_workloads(path: Path, fs: CgroupFS | None = None) -> StandaloneConfig:
         )
     doc = docs[0]
     problems = validation_problems(workloads_validator(), doc.data, doc.locate)
+    for i, entry in enumerate(doc.data.get("workloads") or () if not problems else ()):
+        for kind in ("requests", "limits"):
+            for name, value in (entry.get(kind) or {}).items():
+                why = quantity_problem(value)
+                if why:
+                    where = doc.locate(("workloads", i, kind, name), False)
+                    problems.append(Problem(where, f"{name}: {why}", "write e.g. 4, 500m, 300Mi or 5Gi"))
     if problems:
         raise PolicyError(problems)
     config = config_from_dict(doc.data, str(path))
