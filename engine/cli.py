@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from engine import __version__, daemon, demo, explain, ruletest, simulate
-from engine.argtypes import integer
+from engine.argtypes import integer, profile
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import Document, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
@@ -39,13 +39,21 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 DEBUG_ENV = "QOSD_DEBUG"
 
 
+def _not_a_file(path: Path) -> str:
+    if not path.exists():
+        return "does not exist"
+    if path.is_dir():
+        return "is a directory; name one file"
+    return "is not a regular file (a device or a pipe cannot be read to its end)"
+
+
 def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()) -> NodeInfo:
     """Node facts from a file (facts snapshot, its node section, or a Kubernetes Node), else this machine."""
     if path is None:
         node = read_local_node()
     else:
         if not path.is_file():
-            raise UsageError(f"node file {path} does not exist")
+            raise UsageError(f"node file {path} {_not_a_file(path)}")
         docs = read_file(path)
         if len(docs) != 1 or not isinstance(docs[0].data, dict):
             raise PolicyError(
@@ -59,7 +67,10 @@ def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()
 def _node_from_document(doc: Document) -> NodeInfo:
     data: dict[str, Any] = doc.data
     if data.get("kind") == "Node":
-        return node_from_kube(data)
+        try:
+            return node_from_kube(data)
+        except ValueError as exc:  # a capacity that is not a quantity within bounds
+            raise PolicyError([Problem(doc.locate(("status", "capacity")), str(exc))]) from None
     snapshot = data if "node" in data else {"node": data}
     locate = doc.locate if "node" in data else (lambda p, k=False: doc.locate(p[1:], k))
     problems = schema_problems(snapshot, locate, "facts")
@@ -131,7 +142,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     if not args.facts.is_file():
-        raise UsageError(f"facts file {args.facts} does not exist")
+        raise UsageError(f"facts file {args.facts} {_not_a_file(args.facts)}")
     snapshot = load_snapshot(args.facts)
     node = snapshot.node.with_labels({PROFILE_LABEL: args.profile}) if args.profile else snapshot.node
     policy = build_policy(load_documents(args.rules, builtin=not args.no_builtin), node)
@@ -193,7 +204,9 @@ def _policy_source_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
     p.add_argument(
-        "--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL}), e.g. koordinator"
+        "--profile",
+        type=profile,
+        help=f"bundled profile to use (sets node label {PROFILE_LABEL}), e.g. koordinator",
     )
     p.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="extra node label (repeatable)"
@@ -260,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--output", choices=("table", "json"), default="table")
     e.add_argument("--state", type=Path, help="engine state from a previous evaluation's JSON 'state'")
     e.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    e.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL})")
+    e.add_argument(
+        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
+    )
     e.add_argument("--dry-run", action="store_true", help="plan no operations, report them as held")
     e.add_argument(
         "--eviction-burst",

@@ -37,6 +37,7 @@ from engine.config.errors import Location, PolicyError, Problem, UsageError, sho
 from engine.config.load import Document, JsonPath, read_file, yaml_files_under
 from engine.config.pipeline import API_VERSION, PROFILE_LABEL, build_policy, load_documents
 from engine.config.schema_check import did_you_mean, inline_refs, validation_problems
+from engine.config.unitcheck import schema_file, unit_problems
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.explain import held_reasons, human_bytes
@@ -411,6 +412,8 @@ class _SuiteReader:
     def read(self) -> Suite | None:
         data = self.doc.data
         self.problems.extend(_problems(_suite_validator(), data, self.loc))
+        if not self.problems:
+            self.problems.extend(unit_problems(schema_file("ruletest.schema.json"), data, self.loc))
         if self.problems:
             return None
         suite_policy = self._policy(data.get("policy"), ("policy",), PolicySpec())

@@ -12,6 +12,7 @@ import pytest
 
 from engine.adapters.cgpaths import (
     cgroup_name_to_path,
+    cgroup_path_problem,
     container_dir,
     container_path,
     detect_driver,
@@ -227,3 +228,40 @@ def test_detect_reads_this_machine() -> None:
     layout = CgroupLayout.detect()
     assert layout.mode in ("v1", "hybrid", "v2")
     assert layout.locate("cpu") is not None
+
+
+# ---- configured cgroup paths (setCgroup target.path; issue 14, defect 6)
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("", "empty"),
+        ("..", "'..'"),
+        ("../etc", "'..'"),
+        ("a/../b", "'..'"),
+        ("./a", "'.'"),
+        ("a/.", "'.'"),
+        ("/sys/fs/cgroup/cpu/x", "absolute"),  # was re-rooted under each controller mount
+        ("/", "absolute"),
+        ("a\0b", "NUL"),
+        ("a//b", "empty component"),
+        ("a/", "empty component"),
+        ("a\nb", "control character"),
+        ("a\x7fb", "control character"),
+        ("a\u200bb", "control character"),  # zero-width space: not printable
+        ("x" * 256, "longer than 255 bytes"),
+        ("é" * 128, "longer than 255 bytes"),  # 256 bytes in UTF-8
+        ("/".join(["x" * 200] * 20), "longer than"),
+    ],
+)
+def test_cgroup_path_problem_refuses(path: str, reason: str) -> None:
+    problem = cgroup_path_problem(path)
+    assert problem is not None and reason in problem
+
+
+@pytest.mark.parametrize(
+    "path", ["kubepods", "kubepods/besteffort", "kubepods.slice/kubepods-besteffort.slice", "qosd demo/é", "a..b/...", "x" * 255]
+)
+def test_cgroup_path_problem_accepts_plain_relative_paths(path: str) -> None:
+    assert cgroup_path_problem(path) is None

@@ -107,3 +107,25 @@ D = Desired
 )
 def test_write_order(observed: dict[str, dict[str, str]], desired: list[Desired], expected: list[Desired]) -> None:
     assert order_writes(desired, observed) == expected
+
+
+def test_an_expression_whose_result_the_file_cannot_take_is_skipped_not_written() -> None:
+    """Expressions are computed per tick, so validation cannot see their results: one the file's
+    format refuses becomes a skip with the reason, never a write that fails every tick."""
+    rules = """\
+rules:
+  - name: bad-expr
+    then:
+      setCgroup:
+        target: {path: kubepods/besteffort}
+        values: {cpuset.cpus: {expr: "'0-1é'"}, memory.max: {expr: "1024 * 1024"}, cpu.idle: {expr: "node.no_such"}, cpuset.mems: {expr: "'5'"}}
+"""
+    result = run_tick(Engine(policy(rules)), snapshot(), EngineState(), Guards())
+    writes = {(op.path, op.file): op.value for op in result.plan.operations if op.kind == "writeCgroup"}
+    assert writes == {("kubepods/besteffort", "memory.max"): "1048576"}
+    skipped = [s.reason for s in result.evaluation.skipped]
+    assert any("kubepods/besteffort/cpuset.cpus" in r and "ASCII digits" in r for r in skipped), skipped
+    # An undefined attribute fails only when the result becomes text; found by the property test.
+    assert any("kubepods/besteffort/cpu.idle" in r and "no_such" in r for r in skipped), skipped
+    # A well-formed cpuset the node cannot hold (found by the property test on a real v1 cgroup).
+    assert any("kubepods/besteffort/cpuset.mems" in r and "does not have" in r for r in skipped), skipped

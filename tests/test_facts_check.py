@@ -117,8 +117,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("cgroup path leaves the root", dotdot_cgroup, "$.workloads[0].cgroupPath", "'..' component"),
     ("observed cgroup leaves the root", dotdot_observed, "$.cgroups['../outside']", "'..' component"),
     ("NUMA metrics key", numa_metric_key, "$.metrics.numa.zero", "keyed by NUMA id"),
-    ("capacity out of range", huge_capacity, "$.node.capacity.memory", "larger than any resource amount"),
-    ("request out of range", huge_request, "$.workloads[0].containers[0].requests.cpu", "larger than any"),
+    ("capacity out of range", huge_capacity, "$.node.capacity.memory", "is too large"),
+    ("request out of range", huge_request, "$.workloads[0].containers[0].requests.cpu", "is too large"),
 ]
 
 

@@ -569,3 +569,193 @@ def test_every_problem_of_a_file_is_reported_in_one_run(tmp_path: Path) -> None:
         "class 'nope' is not defined",
     } <= messages
     assert any("gt only applies to numeric facts" in m for m in messages)
+
+
+# ---- setCgroup values and targets (issue 14, defects 3 and 6): what validates must be writable.
+# Each case is one setCgroup on line 7 of policy.yaml; the problem must point at the value (or the
+# target path) itself.
+
+
+def set_cgroup(target: str, values: str) -> str:
+    return f"rules:\n  - name: r\n    then: {{setCgroup: {{target: {{path: {target}}}, values: {{{values}}}}}}}\n"
+
+
+BAD_VALUES = [
+    ("cpuset.cpus", '"0-1é"', "not a list of ids and ranges in ASCII digits"),
+    ("cpuset.cpus", '"٠-١"', "not a list of ids and ranges in ASCII digits"),
+    ("cpuset.cpus", '"0 - 1"', "not a list of ids and ranges in ASCII digits"),
+    ("cpuset.cpus", '"3-1"', "runs backwards"),
+    ("cpuset.cpus", '"0-99"', "names CPUs 16, 17, 18"),
+    ("cpuset.mems", '"0-3"', "names NUMA nodes 2, 3 that"),
+    ("cpuset.mems", '""', "an empty list"),
+    ("cpu.shares", "1", "'1': it is outside [2, 262144]"),
+    ("cpu.shares", "300000", "'300000': it is outside [2, 262144]"),
+    ("cpu.shares", "max", "it is not a plain decimal integer"),
+    ("cpu.shares", "2.5", "it is not a plain decimal integer"),
+    ("cpu.shares", '"08"', "no leading zeros"),  # the kernel reads base 0: EINVAL (property test)
+    ("memory.max", '"010"', "no leading zeros"),  # octal 8 bytes to the kernel
+    ("memory.max", '"-0"', "no sign on 0"),
+    ("cpu.weight", "20000", "'20000': it is outside [1, 10000]"),
+    ("cpu.weight", "0", "'0': it is outside [1, 10000]"),
+    ("cpu.idle", "2", "'2': it is outside [0, 1]"),
+    ("cpu.idle", "max", "it is not a plain decimal integer"),
+    ("cpu.cfs_quota_us", "500", "'500': it is outside [1000, 17592186044415]"),
+    ("cpu.cfs_quota_us", "-2", "'-2': it is outside [1000"),
+    ("cpu.cfs_quota_us", "1.0e+20", "outside [1000, 17592186044415]"),
+    ("cpu.max", '"500 100000"', "'500 100000': quota: it is outside [1000"),
+    ("cpu.max", '"max 2000000"', "period: it is outside [1000, 1000000]"),
+    ("cpu.max", '"max  100000"', 'not "<quota|max> [<period>]"'),
+    ("cpu.max", '"-1"', "'-1': quota: it is outside"),
+    ("cpu.max.burst", "-1", "'-1': it is outside [0, 17592186044415]"),
+    ("cpu.cfs_burst_us", "max", "it is not a plain decimal integer"),
+    ("memory.max", "1.5", "it is not a plain decimal integer"),
+    ("memory.max", '"-1"', "'-1': it is outside [0, 9223372036854775807]"),
+    ("memory.max", '"1G"', "it is not a plain decimal integer"),
+    ("memory.high", "-5", "'-5': it is outside [0, 9223372036854775807]"),
+    ("memory.limit_in_bytes", '"1e400"', "it is not a plain decimal integer"),
+    ("memory.limit_in_bytes", "1.0e+19", "outside [0, 9223372036854775807]"),
+    ("memory.min", '"{{ 2 ** 70 }}"', "does not fit in 64 bits"),  # rendered first (render.py's own bound)
+    ("cpu.shares", '"{{ 1 }}"', "'1': it is outside [2, 262144]"),  # checked after rendering
+]
+
+
+@pytest.mark.parametrize(("file", "value", "message"), BAD_VALUES, ids=[f"{f}={v}" for f, v, _ in BAD_VALUES])
+def test_set_cgroup_value_the_kernel_refuses_is_located(tmp_path: Path, file: str, value: str, message: str) -> None:
+    extra = set_cgroup("kubepods/besteffort", f"{file}: {value}")
+    problems = check(tmp_path, extra)
+    matching = [p for p in problems if message in p.message]
+    assert matching, f"expected {message!r}, got {[p.format() for p in problems]}"
+    line = (tmp_path / "policy.yaml").read_text(encoding="utf-8").splitlines()[6]
+    assert (matching[0].location.line, matching[0].location.column) == (7, line.index(value) + 1)
+    assert matching[0].location.path.endswith(f".values['{file}']")
+
+
+BAD_TARGETS = [
+    ('"../etc"', "'.' or '..' component"),
+    ('"a/../../b"', "'.' or '..' component"),
+    ('"a/./b"', "'.' or '..' component"),
+    ('"/sys/fs/cgroup/cpu/x"', "the path is absolute"),
+    ('"/kubepods"', "the path is absolute"),
+    ('"a\\0b"', "NUL byte"),
+    ('"a//b"', "empty component"),
+    ('"a/b/"', "empty component"),
+    ('""', "the path is empty"),
+    ('"a\\tb"', "control character"),
+    ('"a\\nb"', "control character"),
+    ('"' + "x" * 256 + '"', "longer than 255 bytes"),
+]
+
+
+@pytest.mark.parametrize(("target", "message"), BAD_TARGETS, ids=[t for t, _ in BAD_TARGETS])
+def test_set_cgroup_target_outside_a_plain_relative_path_is_located(tmp_path: Path, target: str, message: str) -> None:
+    extra = set_cgroup(target, "cpu.shares: 2")
+    problems = check(tmp_path, extra)
+    matching = [p for p in problems if message in p.message]
+    assert matching, f"expected {message!r}, got {[p.format() for p in problems]}"
+    line = (tmp_path / "policy.yaml").read_text(encoding="utf-8").splitlines()[6]
+    assert (matching[0].location.line, matching[0].location.column) == (7, line.index(target) + 1)
+    assert matching[0].location.path.endswith(".setCgroup.target.path")
+
+
+GOOD_VALUES = [
+    "cpu.shares: 2",
+    "cpu.shares: 262144",
+    "cpu.weight: 1",
+    "cpu.weight: 10000",
+    "cpu.idle: 1",
+    "cpu.max: max",
+    'cpu.max: "max 100000"',
+    'cpu.max: "50000 100000"',
+    "cpu.max: 50000",
+    "cpu.cfs_quota_us: -1",
+    "cpu.cfs_quota_us: max",
+    "cpu.cfs_quota_us: 1000",
+    "cpu.cfs_burst_us: 0",
+    "cpu.max.burst: 20000",
+    'cpuset.cpus: "0-3,8-15"',
+    'cpuset.cpus: "0-1 "',  # written stripped
+    'cpuset.mems: "0-1"',
+    "memory.max: max",
+    "memory.max: 0",
+    "memory.high: 1073741824",
+    "memory.limit_in_bytes: -1",
+    "memory.limit_in_bytes: max",
+    "memory.limit_in_bytes: 9223372036854775807",
+    "memory.low: {percent: 80, of: request}",
+    'memory.min: {expr: "pod.requests.memory * 0.5"}',
+    'cpu.weight: "{{ 50 * 2 }}"',
+]
+
+
+@pytest.mark.parametrize("values", GOOD_VALUES)
+def test_set_cgroup_values_the_kernel_takes_validate(tmp_path: Path, values: str) -> None:
+    assert check(tmp_path, set_cgroup('"kubepods/besteffort"', values)) == []
+
+
+@pytest.mark.parametrize("target", ["kubepods", "kubepods/besteffort/pod1", '"qosd demo/é-batch"', "a.b/c..d/...x"])
+def test_set_cgroup_plain_relative_targets_validate(tmp_path: Path, target: str) -> None:
+    assert check(tmp_path, set_cgroup(target, "cpu.shares: 2")) == []
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ("cpu.cfs_quota_us: 10000, cpu.cfs_burst_us: 20000", "CFS burst 20000 us is above the quota 10000 us"),
+        ('cpu.max: "5000 100000", cpu.max.burst: 5001', "CFS burst 5001 us is above the quota 5000 us"),
+        ("cpu.idle: 1, cpu.shares: 2", "together with cpu.shares"),
+        ("cpu.idle: 1, cpu.weight: 1", "together with cpu.weight"),
+        ('cpu.idle: 1, cpu.shares: {expr: "node.cpus * 1000"}', "together with cpu.shares"),  # property test
+        ('cpu.idle: {expr: "1"}, cpu.weight: 100', "together with cpu.weight"),
+    ],
+)
+def test_set_cgroup_values_the_kernel_refuses_together_are_located(tmp_path: Path, values: str, message: str) -> None:
+    problems = check(tmp_path, set_cgroup("kubepods/besteffort", values))
+    assert [p.location.path for p in problems if message in p.message] == [
+        "$.spec.rules[0].then.setCgroup.values"
+    ], [p.format() for p in problems]
+
+
+@pytest.mark.parametrize(
+    "values", ["cpu.cfs_quota_us: 10000, cpu.cfs_burst_us: 10000", "cpu.max: max, cpu.max.burst: 5000", "cpu.idle: 0, cpu.shares: 2"]
+)
+def test_set_cgroup_values_the_kernel_takes_together_validate(tmp_path: Path, values: str) -> None:
+    assert check(tmp_path, set_cgroup("kubepods/besteffort", values)) == []
+
+
+@pytest.mark.parametrize("file", ["cpuset.cpus", "cpuset.mems", "cpu.idle"])
+def test_a_percent_of_a_resource_cannot_size_a_file_that_holds_no_amount(tmp_path: Path, file: str) -> None:
+    problems = check(tmp_path, set_cgroup("kubepods/besteffort", f"{file}: {{percent: 50, of: request}}"))
+    assert [p.location.path for p in problems if "does not hold an amount" in p.message] == [
+        f"$.spec.rules[0].then.setCgroup.values['{file}'].percent"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("action", "where"),
+    [
+        ("{memoryGuard: {cgroup: ../kubepods}}", "$.spec.rules[0].then.memoryGuard.cgroup"),
+        ("{suppress: {class: be, policy: cpuset, cgroup: /sys/fs/cgroup/cpu/kubepods}}", "$.spec.rules[0].then.suppress.cgroup"),
+    ],
+)
+def test_other_actions_cgroup_paths_are_checked_like_set_cgroup_targets(tmp_path: Path, action: str, where: str) -> None:
+    problems = check(tmp_path, f"rules:\n  - name: r\n    then: {action}\n")
+    assert [p.location.path for p in problems if "cgroup" in p.message and "path" in p.message] == [where]
+
+
+@pytest.mark.parametrize(
+    ("knob", "where", "message"),
+    [
+        ("cpu: {cfsQuota: 500}", "cpu.cfsQuota", "cpu.cfs_quota_us takes"),
+        ("cpu: {burst: -1}", "cpu.burst", "cpu.cfs_burst_us takes"),
+        ("memory: {high: 1.5}", "memory.high", "it is not a plain decimal integer"),
+        ("memory: {limit: -2}", "memory.limit", "memory.limit_in_bytes takes"),
+        ("memory: {min: max, low: 1.0e+19}", "memory.low", "outside [0, 9223372036854775807]"),
+    ],
+)
+def test_class_knob_literals_are_checked_like_set_cgroup_values(
+    tmp_path: Path, knob: str, where: str, message: str
+) -> None:
+    problems = check(tmp_path, f"classes:\n  - name: be\n    {knob}\n")
+    assert [p.location.path for p in problems if message in p.message] == [f"$.spec.classes[0].{where}"], [
+        p.format() for p in problems
+    ]

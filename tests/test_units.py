@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.model.units import format_cpuset, parse_cpuset, parse_duration, parse_quantity
+from engine.model.units import (
+    MAX_DURATION,
+    UnitError,
+    duration_seconds,
+    format_cpuset,
+    parse_cpuset,
+    parse_duration,
+    parse_quantity,
+)
 
 
 @pytest.mark.parametrize(
@@ -126,3 +134,108 @@ def test_cpuset_round_trip(cpus: frozenset[int]) -> None:
     for left, right in itertools.pairwise(bounds):
         assert left[-1] + 1 < right[0]
     assert all(len(b) == 1 or b[0] < b[1] for b in bounds)
+
+
+# ---------------------------------------------------------------- bounds (issue 14, defect 2)
+
+EIGHT_PI = 8 * 2**50
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("8Pi", float(EIGHT_PI)),  # the largest binary-suffixed amount under the bound
+        ("9223372036854775", 9223372036854775.0),  # MAX_QUANTITY, rounded down to an integer
+        ("0e9999999", 0.0),  # zero times any power of ten is zero: no Overflow
+        ("0.0000000000000000000000001e30", 1e5),  # fraction digits are not truncated before scaling
+        (-0.0, 0.0),
+        (9.2e15, 9.2e15),
+    ],
+)
+def test_parse_quantity_at_the_bounds(value: str | float, expected: float) -> None:
+    result = parse_quantity(value)
+    assert result == expected
+    assert str(result) != "-0.0"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("1e9999999", "too large"),  # decimal.Overflow before the fix
+        ("1e400", "too large"),  # float infinity before the fix
+        ("1e16", "too large"),
+        ("9Pi", "too large"),
+        ("8Ei", "too large"),
+        ("1" + "0" * 400, "too large"),
+        ("1" * 10_000 + "e1", "too large"),
+        ("1e" + "9" * 5000, "too large"),  # an exponent int() would refuse
+        ("0." + "0" * 30 + "1e48", "too large"),  # 1e17: judged from both exponents
+        (float("inf"), "not a finite number"),
+        (float("-inf"), "not a finite number"),
+        (float("nan"), "not a finite number"),
+        (1e300, "too large"),
+        (10**30, "too large"),
+        (-1, "negative"),
+        (-0.5, "negative"),
+        (None, "not a quantity"),
+        ([1], "not a quantity"),
+    ],
+)
+def test_parse_quantity_out_of_bounds(value: object, reason: str) -> None:
+    with pytest.raises(UnitError, match=reason):
+        parse_quantity(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("8761h", "longer than"),
+        ("525601m", "longer than"),
+        ("99999999999h", "longer than"),
+        ("9" * 400 + "h", "longer than"),  # float('9'*400) is inf before the fix
+        ("1" + "0" * 30 + "ms", "longer than"),
+        ("8760h1ms", "longer than"),
+    ],
+)
+def test_parse_duration_out_of_bounds(text: str, reason: str) -> None:
+    with pytest.raises(UnitError, match=reason):
+        parse_duration(text)
+
+
+def test_parse_duration_at_the_bound() -> None:
+    assert parse_duration("8760h") == MAX_DURATION == parse_duration("525600m")
+    assert parse_duration("1." + "0" * 100 + "1s") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [(0, 0.0), (30, 30.0), (0.5, 0.5), ("1m", 60.0), (MAX_DURATION, MAX_DURATION), (-0.0, 0.0)]
+)
+def test_duration_seconds(value: str | float, seconds: float) -> None:
+    assert duration_seconds(value) == seconds
+
+
+@pytest.mark.parametrize("value", [-1, MAX_DURATION + 1, float("inf"), float("nan"), 1e300, True, None, "1d"])
+def test_duration_seconds_rejects(value: object) -> None:
+    with pytest.raises(UnitError):
+        duration_seconds(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0-1é",  # defect 3's value: not ASCII
+        "\u0660-\u0661",  # Arabic-Indic digits: str.isdigit() is true, the kernel reads only 0-9
+        "0-99999999999",  # would expand into memory
+        "65536",
+        "0-1\x00",
+    ],
+)
+def test_parse_cpuset_rejects_what_the_kernel_cannot_read(text: str) -> None:
+    with pytest.raises(UnitError):
+        parse_cpuset(text)
+
+
+def test_unit_error_is_a_value_error() -> None:
+    """Callers that report a ValueError with its location (conditions, RuleTest, the kube objects)
+    keep doing so for the new bounds."""
+    assert issubclass(UnitError, ValueError)

@@ -33,9 +33,12 @@ and the kernel's EINVAL reported.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from engine.model.units import int_or_none, parse_cpuset
+from engine.model.node import NodeInfo
+from engine.model.units import format_cpuset, int_or_none, parse_cpuset
 from engine.strategies.knobs import (
     SHARES_MAX,
     SHARES_MIN,
@@ -89,6 +92,161 @@ INTEGER_FILES = frozenset(
 )
 V1_UNLIMITED = "-1"
 V2_UNLIMITED = "max"
+
+
+# ---------------------------------------------------------------- value formats
+
+MIN_CFS_US = 1_000  # the kernel's min_cfs_quota_period (1 ms): shorter quotas and periods are EINVAL
+MAX_CFS_PERIOD_US = 1_000_000  # max_cfs_quota_period (1 s)
+MAX_CFS_RUNTIME_US = 2**44 - 1  # max_cfs_runtime: a larger quota or burst is EINVAL (about 203 days)
+MAX_BYTES = 2**63 - 1  # a page counter's bytes; larger values do not fit the kernel's s64/u64 parse
+
+# Decimal without leading zeros: the kernel reads most of these files with base 0, where "010" is
+# octal 8 and "08" is EINVAL.
+_INTEGER = re.compile(r"0|-?[1-9][0-9]*")
+_CPU_LIST = re.compile(r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*")
+
+
+@dataclass(frozen=True)
+class ValueFormat:
+    """What a logical cgroup file accepts as text: plain ASCII integers in [lo, hi], the listed
+    words, or a cpuset list; cpu.max is "<quota|max> [<period>]". ``describe`` says it in words
+    for error hints."""
+
+    describe: str
+    lo: int = 0
+    hi: int = 0
+    words: tuple[str, ...] = ()
+    kind: str = "integer"  # integer | cpulist | cpu.max
+    amount: bool = True  # holds an amount of CPU or memory, so a percent of one can size it
+
+    def problem(self, text: str) -> str | None:
+        """Why ``text`` is not a valid value, or None when the kernel (and the other cgroup version,
+        after :func:`to_host`'s translation) accepts it."""
+        if text in self.words:
+            return None
+        if self.kind == "cpulist":
+            return _cpulist_problem(text)
+        if self.kind == "cpu.max":
+            return _cpu_max_problem(text)
+        return _integer_problem(text, self.lo, self.hi)
+
+
+def _integer_problem(text: str, lo: int, hi: int) -> str | None:
+    if not _INTEGER.fullmatch(text):
+        return "it is not a plain decimal integer (no sign on 0, no leading zeros)"
+    if len(text) > 21 or not lo <= int(text) <= hi:  # more digits than any bound: no huge int()
+        return f"it is outside [{lo}, {hi}]"
+    return None
+
+
+def _cpulist_problem(text: str) -> str | None:
+    if not text:
+        return "an empty list would leave the cgroup with no CPUs or memory nodes"
+    if not _CPU_LIST.fullmatch(text):
+        return "it is not a list of ids and ranges in ASCII digits, e.g. 0-3,8"
+    try:
+        parse_cpuset(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _cpu_max_problem(text: str) -> str | None:
+    fields = text.split(" ")
+    if not 1 <= len(fields) <= 2:
+        return 'it is not "<quota|max> [<period>]" (one space between)'
+    if fields[0] != V2_UNLIMITED:
+        bad = _integer_problem(fields[0], MIN_CFS_US, MAX_CFS_RUNTIME_US)
+        if bad:
+            return f"quota: {bad}"
+    if len(fields) == 2:
+        bad = _integer_problem(fields[1], MIN_CFS_US, MAX_CFS_PERIOD_US)
+        if bad:
+            return f"period: {bad}"
+    return None
+
+
+def _ints(lo: int, hi: int, *words: str, what: str = "", amount: bool = True) -> ValueFormat:
+    spoken = " or ".join(f'"{w}"' for w in words)
+    describe = f"an integer from {lo} to {hi}{what}" + (f", or {spoken}" if spoken else "")
+    return ValueFormat(describe, lo, hi, words, amount=amount)
+
+
+_MEMORY_V2 = _ints(0, MAX_BYTES, V2_UNLIMITED, what=" (bytes)")
+_MEMORY_V1 = _ints(0, MAX_BYTES, V1_UNLIMITED, V2_UNLIMITED, what=" (bytes)")
+_BOOLEAN = _ints(0, 1, amount=False)
+_CPULIST = ValueFormat(
+    "a list of ids and ranges such as 0-3,8 (ASCII digits, no spaces)", kind="cpulist", amount=False
+)
+
+VALUE_FORMATS: Mapping[str, ValueFormat] = {
+    "cpu.shares": _ints(SHARES_MIN, SHARES_MAX),
+    "cpu.weight": _ints(WEIGHT_MIN, WEIGHT_MAX),
+    "cpu.idle": _BOOLEAN,
+    "cpu.cfs_quota_us": ValueFormat(
+        f'an integer from {MIN_CFS_US} to {MAX_CFS_RUNTIME_US} (microseconds), or "-1" or "max" (no limit)',
+        MIN_CFS_US,
+        MAX_CFS_RUNTIME_US,
+        (V1_UNLIMITED, V2_UNLIMITED),
+    ),
+    "cpu.cfs_period_us": _ints(MIN_CFS_US, MAX_CFS_PERIOD_US, what=" (microseconds)"),
+    "cpu.max": ValueFormat(
+        f'"<quota|max> [<period>]": quota {MIN_CFS_US} to {MAX_CFS_RUNTIME_US} us or max, '
+        f"period {MIN_CFS_US} to {MAX_CFS_PERIOD_US} us",
+        kind="cpu.max",
+    ),
+    "cpu.cfs_burst_us": _ints(0, MAX_CFS_RUNTIME_US, what=" (microseconds)"),
+    "cpu.max.burst": _ints(0, MAX_CFS_RUNTIME_US, what=" (microseconds)"),
+    "cpuset.cpus": _CPULIST,
+    "cpuset.mems": _CPULIST,
+    "memory.min": _MEMORY_V2,
+    "memory.low": _MEMORY_V2,
+    "memory.high": _MEMORY_V2,
+    "memory.max": _MEMORY_V2,
+    "memory.swap.max": _MEMORY_V2,
+    "memory.limit_in_bytes": _MEMORY_V1,
+    "memory.soft_limit_in_bytes": _MEMORY_V1,
+    "memory.memsw.limit_in_bytes": _MEMORY_V1,
+    "memory.oom.group": _BOOLEAN,
+    "memory.use_priority_oom": _BOOLEAN,
+    "memory.priority": _ints(0, 12, amount=False),
+    "memory.wmark_ratio": _ints(0, 100, amount=False),
+    "memory.wmark_scale_factor": _ints(1, 1000, amount=False),
+    "memory.wmark_min_adj": _ints(-25, 50, amount=False),
+}
+"""The value each writable logical file accepts, in the logical file's own dialect. It is what
+``qosd validate`` checks a literal setCgroup value against, so that what validates is what the kernel
+takes: the ranges are the kernel's (shares, weight, CFS quota/period/burst, page counters), or
+narrower where the kernel would silently change the value (shares outside [2, 262144] are clamped)
+or where a value would not survive translation to the other cgroup version."""
+
+
+def value_problem(file: str, text: str, node: NodeInfo | None = None) -> str | None:
+    """Why ``text`` cannot be written to the logical ``file``, or None when it can (or when no
+    format is known for the file). With ``node``, a cpuset must also stay within the node's CPUs
+    and NUMA nodes (the kernel refuses any other: EINVAL)."""
+    fmt = VALUE_FORMATS.get(file)
+    if fmt is None:
+        return None
+    bad = fmt.problem(text)
+    if bad is not None:
+        return f"{file} takes {fmt.describe}; {short_value(text)}: {bad}"
+    if node is not None and file in ("cpuset.cpus", "cpuset.mems"):
+        have = node.cpu_ids if file == "cpuset.cpus" else frozenset(range(node.numa_count))
+        outside = sorted(parse_cpuset(text) - have) if have else []
+        if outside:
+            what = "CPUs" if file == "cpuset.cpus" else "NUMA nodes"
+            shown = ", ".join(map(str, outside[:8])) + (", ..." if len(outside) > 8 else "")
+            return (
+                f"{file} {short_value(text)} names {what} {shown} that node {node.name!r} "
+                f"does not have ({format_cpuset(have)})"
+            )
+    return None
+
+
+def short_value(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
 
 
 class TranslationError(ValueError):
@@ -247,12 +405,16 @@ def _host_values(
             return [("cpu.shares", str(weight_to_shares(weight, formula)))]
         if file == "memory.max":
             return [("memory.limit_in_bytes", V1_UNLIMITED if text == V2_UNLIMITED else text)]
+        if file == "cpu.cfs_quota_us":
+            return [(file, _quota_v1(text))]  # "max" is -1 here
+        if file in V1_MEMORY_LIMITS and text == V2_UNLIMITED:
+            return [(file, V1_UNLIMITED)]  # v1 page counters read only "-1" as unlimited
         return [(V2_TO_V1.get(file, file), text)]
     if file == "cpu.cfs_quota_us":
         n = int_or_none(text)
-        if n is None:
+        if n is None and text != V2_UNLIMITED:
             raise TranslationError(f"cpu.cfs_quota_us {value!r} is not an integer; cannot write cpu.max")
-        quota = V2_UNLIMITED if n < 0 else str(n)
+        quota = V2_UNLIMITED if n is None or n < 0 else str(n)
         period = _cpu_max(current.get("cpu.max") or "")[1]
         return [("cpu.max", f"{quota} {period}" if period is not None else quota)]
     if file == "cpu.cfs_period_us":

@@ -48,6 +48,43 @@ _RUNTIMES = {
 }
 
 
+NAME_MAX = 255  # bytes in one directory name (the kernel's NAME_MAX)
+PATH_MAX = 4096  # bytes in a whole path, mount point included (PATH_MAX)
+
+
+def cgroup_path_problem(path: str) -> str | None:
+    """Why a configured cgroup path cannot name a cgroup, or None when it can.
+
+    A configured path (setCgroup's target.path) is relative to the cgroup root: the v2 mount, or
+    each v1 controller's mount, so one path serves every controller. It must be written the one
+    way it is used: relative, normalized (no empty, ``.`` or ``..`` component, no trailing ``/``),
+    printable (no NUL, newline or other control character) and within the kernel's name limits.
+    The adapter would refuse ``..`` and NUL at write time and read ``/sys/fs/cgroup/cpu/x`` as
+    ``<mount>/sys/fs/cgroup/cpu/x``; saying so at validation beats a warning every tick."""
+    if not path:
+        return "the path is empty; name a cgroup below the cgroup root, e.g. kubepods/besteffort"
+    if "\0" in path:
+        return "the path contains a NUL byte"
+    if not path.isprintable():
+        return "the path contains a control character (newline, tab, ...); cgroup names are printable"
+    if path.startswith("/"):
+        return (
+            "the path is absolute; write it relative to the cgroup root, the same for every controller "
+            "(kubepods/besteffort, not /sys/fs/cgroup/cpu/kubepods/besteffort)"
+        )
+    parts = path.split("/")
+    if "" in parts:
+        return "the path has an empty component ('//' or a trailing '/'); write it normalized"
+    if "." in parts or ".." in parts:
+        return "the path has a '.' or '..' component; a cgroup path names directories below the root only"
+    longest = max(parts, key=lambda p: len(p.encode()))
+    if len(longest.encode()) > NAME_MAX:
+        return f"the component {longest[:20]!r}... is longer than {NAME_MAX} bytes, the kernel's limit"
+    if len(path.encode()) > PATH_MAX - 256:  # room for the mount point and the file name
+        return f"the path is longer than {PATH_MAX - 256} bytes"
+    return None
+
+
 def _qos_component(qos: str) -> str | None:
     key = qos.replace("-", "").replace("_", "").lower()
     if key not in QOS_DIRS:

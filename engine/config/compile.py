@@ -12,10 +12,12 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 from jinja2 import TemplateSyntaxError, meta
 
+from engine.adapters.cgfiles import MAX_CFS_RUNTIME_US, VALUE_FORMATS, value_problem
+from engine.adapters.cgpaths import cgroup_path_problem
 from engine.config.conditions import ORDER_OPS, Condition, comparisons, parse_condition, scope_of
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
@@ -44,6 +46,7 @@ from engine.config.policy import (
 from engine.config.render import ENV
 from engine.model.node import NodeInfo
 from engine.model.units import parse_cpuset, parse_duration, parse_quantity
+from engine.strategies.knobs import compile_knob
 from engine.strategies.pressure import satisfaction_config_error
 
 EXPR_VARIABLES = frozenset({"pod", "container", "node"})
@@ -68,6 +71,17 @@ EFFECT_TYPES: dict[str, tuple[str, ...]] = {
     "eviction.rssOveruseThreshold": ("number", "integer"),
 }
 
+
+# Class knobs whose literal is written as given, by the file (in the v1 dialect; the adapter
+# translates) that receives it. shares and weight are share counts and weights that qosd clamps.
+CLASS_KNOB_FILES = {
+    ("cpu", "cfsQuota"): "cpu.cfs_quota_us",
+    ("cpu", "burst"): "cpu.cfs_burst_us",
+    ("memory", "min"): "memory.min",
+    ("memory", "low"): "memory.low",
+    ("memory", "high"): "memory.high",
+    ("memory", "limit"): "memory.limit_in_bytes",
+}
 
 _SINGULAR = {"classes": "class", "enhancements": "enhancement", "pools": "pool", "rules": "rule"}
 
@@ -248,6 +262,8 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
     for section in ("cpu", "memory"):
         for key, knob in (raw.get(section) or {}).items():
             _check_knob(c, (*base, section, key), knob)
+            if (section, key) in CLASS_KNOB_FILES:
+                _check_cgroup_value(c, (*base, section, key), CLASS_KNOB_FILES[section, key], knob)
     resctrl = raw.get("resctrl") or {}
     l3 = resctrl.get("l3Percent")
     if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
@@ -532,6 +548,8 @@ def _check_pools(c: _Checker, pools: list[Pool | None]) -> None:
 
 
 def _quantity(c: _Checker, path: JsonPath, value: Any) -> float | None:
+    """A quantity, or None when absent or out of bounds (then a problem is recorded; the schema
+    stage reports it first, see engine/config/unitcheck.py)."""
     if value is None:
         return None
     try:
@@ -539,6 +557,21 @@ def _quantity(c: _Checker, path: JsonPath, value: Any) -> float | None:
     except ValueError as exc:
         c.add(path, str(exc))
         return None
+
+
+@overload
+def _duration(c: _Checker, path: JsonPath, value: Any, default: float) -> float: ...
+@overload
+def _duration(c: _Checker, path: JsonPath, value: Any, default: None = None) -> float | None: ...
+def _duration(c: _Checker, path: JsonPath, value: Any, default: float | None = None) -> float | None:
+    """Seconds of a duration, ``default`` when absent or out of bounds (then a problem is recorded)."""
+    if value is None:
+        return default
+    try:
+        return parse_duration(str(value))
+    except ValueError as exc:
+        c.add(path, str(exc))
+        return default
 
 
 # Katalyst's per-resource defaults of the headroom policy: reservedResourceForAllocate, the buffer
@@ -627,7 +660,7 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
             )
         window = None
         if "window" in sm:
-            window = parse_duration(sm["window"])
+            window = _duration(c, (*base, "smoothing", "window"), sm["window"])
         policy = str(r.get("policy", "usage"))
         for j, name in enumerate(r.get("requestAsUsage") or ()):
             c.ref((*base, "requestAsUsage", j), name, c.classes, "class")
@@ -665,15 +698,17 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
         enabled=bool(raw.get("enabled", True)),
         cpu=resources["cpu"],
         memory=resources["memory"],
-        degrade_after=parse_duration(raw["degradeAfter"]) if "degradeAfter" in raw else None,
-        report_interval=parse_duration(raw["reportInterval"]) if "reportInterval" in raw else None,
-        update=_compile_update(raw["update"]) if "update" in raw else None,
+        degrade_after=_duration(c, ("reclaim", "degradeAfter"), raw.get("degradeAfter")),
+        report_interval=_duration(c, ("reclaim", "reportInterval"), raw.get("reportInterval")),
+        update=_compile_update(c, raw["update"]) if "update" in raw else None,
     )
 
 
-def _compile_update(raw: dict[str, Any]) -> ReclaimUpdate:
+def _compile_update(c: _Checker, raw: dict[str, Any]) -> ReclaimUpdate:
     """spec.reclaim.update; maxInterval defaults to Koordinator's updateTimeThresholdSeconds."""
-    interval = parse_duration(raw["maxInterval"]) if "maxInterval" in raw else DEFAULT_MAX_INTERVAL
+    interval = _duration(
+        c, ("reclaim", "update", "maxInterval"), raw.get("maxInterval"), DEFAULT_MAX_INTERVAL
+    )
     return ReclaimUpdate(diff_threshold=float(raw["diffThreshold"]), max_interval=interval)
 
 
@@ -702,7 +737,9 @@ def _compile_pressure(c: _Checker, raw: dict[str, Any]) -> Pressure:
         c, ("pressure", "systemMemory", "freeThresholdMinimum"), system.get("freeThresholdMinimum")
     )
     return Pressure(
-        numa_interval=parse_duration(numa["interval"]) if "interval" in numa else d.numa_interval,
+        numa_interval=_duration(
+            c, ("pressure", "numaWatermark", "interval"), numa.get("interval"), d.numa_interval
+        ),
         numa_reclaimed_times=int(numa.get("reclaimedTimesThreshold", d.numa_reclaimed_times)),
         numa_times=times,
         numa_fast_wait=wait,
@@ -711,7 +748,9 @@ def _compile_pressure(c: _Checker, raw: dict[str, Any]) -> Pressure:
         psi_enabled=bool(psi.get("enabled", d.psi_enabled)),
         psi_some=int(psi.get("someThreshold", d.psi_some)),
         psi_full=int(psi.get("fullThreshold", d.psi_full)),
-        psi_duration=parse_duration(psi["duration"]) if "duration" in psi else d.psi_duration,
+        psi_duration=_duration(
+            c, ("pressure", "systemMemory", "psi", "duration"), psi.get("duration"), d.psi_duration
+        ),
         psi_min_pods=int(psi.get("minPods", d.psi_min_pods)),
         psi_min_pod_pressure=int(psi.get("minPodPressure", d.psi_min_pod_pressure)),
         psi_pod_classes=tuple(classes) if classes is not None else None,
@@ -765,10 +804,15 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         description=str(raw.get("description", "")),
         when=when,
         clear_when=clear,
-        sustain=parse_duration(raw["for"]) if "for" in raw else 0.0,
-        cooldown=parse_duration(raw["cooldown"]) if "cooldown" in raw else 0.0,
+        sustain=_duration(c, (*base, "for"), raw.get("for"), 0.0),
+        cooldown=_duration(c, (*base, "cooldown"), raw.get("cooldown"), 0.0),
         per_round=limits.get("perRound"),
-        per_window=(per_window["count"], parse_duration(per_window["window"])) if per_window else None,
+        per_window=(
+            per_window["count"],
+            _duration(c, (*base, "limits", "perWindow", "window"), per_window["window"], 0.0),
+        )
+        if per_window
+        else None,
         actions=tuple(actions),
         scope=scope_of(when) if len(scopes) <= 1 else "node",
         origin=c.loc(base),
@@ -810,6 +854,8 @@ def _check_action(
                 )
     elif kind == "suppress":
         c.ref((*p, "class"), params.get("class"), c.classes, "class")
+        if "cgroup" in params:
+            _check_cgroup_path(c, (*p, "cgroup"), "suppress cgroup", params["cgroup"])
         for field_name in ("borrowFrom", "excludeClasses"):
             for j, name in enumerate(params.get(field_name) or []):
                 c.ref((*p, field_name, j), name, c.classes, "class")
@@ -825,8 +871,15 @@ def _check_action(
             c.ref((*p, "target", "class"), target["class"], c.classes, "class")
         if "pool" in target:
             c.ref((*p, "target", "pool"), target["pool"], c.pools, "pool")
+        if "path" in target:
+            _check_cgroup_path(c, (*p, "target", "path"), "setCgroup target", target["path"])
+        literals: dict[str, str] = {}
         for key, knob in (params.get("values") or {}).items():
             _check_knob(c, (*p, "values", key), knob)
+            text = _check_cgroup_value(c, (*p, "values", key), key, knob)
+            if text is not None:
+                literals[key] = text
+        _check_cgroup_combination(c, (*p, "values"), literals, set(params.get("values") or ()))
         if "values" not in params and "memoryQos" not in params:
             c.add(p, "setCgroup needs values, memoryQos or both", "e.g. values: {cpu.shares: 2}")
         if "memoryQos" in params and "class" not in target:
@@ -837,6 +890,8 @@ def _check_action(
             )
     elif kind == "memoryGuard":
         _quantity(c, (*p, "minCriticalWatermark"), params.get("minCriticalWatermark"))
+        if "cgroup" in params:
+            _check_cgroup_path(c, (*p, "cgroup"), "memoryGuard cgroup", params["cgroup"])
     elif kind == "setResctrl":
         if "class" in params:
             c.ref((*p, "class"), params["class"], c.classes, "class")
@@ -856,6 +911,72 @@ def _check_action(
                 f"publish {res!r} needs spec.reclaim.{res}.publishAs",
                 "set the extended resource name to publish, e.g. kubernetes.io/batch-cpu",
             )
+
+
+def _check_cgroup_path(c: _Checker, path: JsonPath, what: str, value: Any) -> None:
+    """A cgroup an action writes to, named relative to the cgroup root: refused here rather than
+    at every write (adapters/cgpaths.cgroup_path_problem says what a usable path looks like)."""
+    bad = cgroup_path_problem(str(value))
+    if bad:
+        c.add(path, f"{what} {short(value)}: {bad}")
+
+
+def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> str | None:
+    """A literal setCgroup value must be what its file accepts (adapters/cgfiles.VALUE_FORMATS),
+    so that it cannot fail every tick at write time. The text checked is the text written: the knob
+    compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
+    tick time. Returns the text when it is valid."""
+    if isinstance(knob, dict) and ("percent" in knob or "expr" in knob):
+        fmt = VALUE_FORMATS.get(file)
+        if "percent" in knob and fmt is not None and not fmt.amount:
+            c.add(
+                (*path, "percent"),
+                f"{file} does not hold an amount of CPU or memory, so a percent cannot size it",
+                f"give {file} {fmt.describe}",
+            )
+        return None
+    formula = (c.spec.get("cgroup") or {}).get("weightFormula")
+    text = compile_knob(file, knob, weight_formula=formula)(None, {})
+    if text is None:
+        return None
+    text = text.strip()
+    bad = value_problem(file, text, c.node)
+    if bad:
+        hint = (
+            "the kernel refuses a cpuset outside the node's (and the parent's); "
+            "use a nodeSelector to target nodes that have them"
+            if "does not have" in bad
+            else "the kernel would refuse it on every write; cgroup files take plain ASCII values"
+        )
+        c.add(path, bad, hint)
+        return None
+    return text
+
+
+def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, str], files: set[str]) -> None:
+    """Values of one setCgroup that the kernel refuses together (sched/core.c): a literal CFS burst
+    above a literal quota, or burst + quota above max_cfs_runtime; and any weight next to a cpu.idle
+    that may be 1, which pins the weight (every later weight write is EINVAL)."""
+    quota_text = literals.get("cpu.cfs_quota_us") or literals.get("cpu.max", "").split(" ")[0]
+    burst_text = literals.get("cpu.cfs_burst_us") or literals.get("cpu.max.burst")
+    quota = int(quota_text) if quota_text.lstrip("-").isdigit() else -1
+    if burst_text is not None and quota >= 0:
+        burst = int(burst_text)
+        if burst > quota or burst + quota > MAX_CFS_RUNTIME_US:
+            c.add(
+                path,
+                f"CFS burst {burst} us is above the quota {quota} us "
+                f"(or the two exceed {MAX_CFS_RUNTIME_US} us)",
+                "the kernel refuses a burst larger than the quota; lower the burst or raise the quota",
+            )
+    weight = [f for f in ("cpu.shares", "cpu.weight") if f in files]
+    if "cpu.idle" in files and literals.get("cpu.idle") != "0" and weight:
+        c.add(
+            path,
+            f"cpu.idle (unless a literal 0) together with {weight[0]}: "
+            "an idle group's weight is pinned by the kernel",
+            f"drop {weight[0]} (an idle group runs only when nothing else wants the CPU anyway)",
+        )
 
 
 def _check_trigger(c: _Checker, p: JsonPath, params: dict[str, Any], when: Condition | None) -> None:

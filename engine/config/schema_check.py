@@ -18,6 +18,7 @@ from jsonschema.exceptions import ValidationError, best_match, relevance
 
 from engine.config.errors import Location, Problem, short
 from engine.config.load import JsonPath
+from engine.config.unitcheck import unit_problems
 from engine.resources import load_schema
 
 Locator = Callable[[JsonPath, bool], Location]
@@ -128,13 +129,18 @@ def _overlay_required(err: ValidationError) -> bool:
 def schema_problems(
     data: Any, locate: Locator, kind: str = "policy", partial: list[str] | None = None
 ) -> list[Problem]:
-    """Schema problems of ``data``.
+    """Schema problems of ``data``; when it has none, its quantities and durations out of bounds
+    (engine/config/unitcheck.py), so no caller can forget them.
 
     With ``partial`` (a list), entries may lack required fields other than ``name``, since an overlay
     document sets only what it changes; the JSON paths of such gaps are appended to ``partial`` so the
     caller knows the merged spec must be checked in full.
     """
-    return validation_problems(validator(kind), data, locate, partial)
+    problems = validation_problems(validator(kind), data, locate, partial)
+    if problems:
+        return problems
+    # The patterns admit 1e9999999 and 99999999h; the bounds live with the parsers.
+    return unit_problems(load_schema(kind), data, locate)
 
 
 def validation_problems(

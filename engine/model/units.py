@@ -2,14 +2,40 @@
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
+
+
+class UnitError(ValueError):
+    """A duration, quantity or cpuset that is malformed or out of bounds. A ValueError, so every
+    caller that already reports a ValueError with its location keeps doing so; the message names
+    the value and what would be accepted."""
+
+
+MAX_DURATION = 365 * 24 * 3600.0
+"""The longest duration qosd accepts (8760h, one year). Every duration in a rule, trace or test is a
+sustain time, a cooldown, a window or an interval; none means anything near a year, and a bound keeps
+timer arithmetic and window buffers finite."""
+
+MAX_QUANTITY = (2**63 - 1) / 1000
+"""The largest quantity, in base units (cores, bytes, counts): Kubernetes caps a quantity at 2^63-1
+and qosd, like the kubelet, converts CPU to milli-units, so the thousandths must fit in int64 too
+(about 9.2e15: 9.2 million TB of memory, 9.2e15 cores)."""
+
+MAX_CPU_ID = 65535
+"""The highest CPU or NUMA node id a cpuset list may name. Kernels build with at most 8192 CPUs
+(CONFIG_NR_CPUS); the bound keeps a list like ``0-99999999999`` from expanding into memory."""
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# A longer integer part is out of bounds anyway; fraction digits past these are below a
+# yoctosecond. The caps keep Decimal and float conversion cheap.
+_MAX_INT_DIGITS = 24
+_MAX_FRACTION_DIGITS = 24
 
-_QUANTITY = re.compile(r"^\+?([0-9]+(?:\.[0-9]+)?)(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$")
+_QUANTITY = re.compile(r"^\+?([0-9]+)(?:\.([0-9]+))?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei|e[0-9]+)?$")
 _SUFFIX = {
     "": Decimal(1),
     "m": Decimal("0.001"),
@@ -28,8 +54,14 @@ _SUFFIX = {
 }
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration ("1h30m", "500ms", "0"); ValueError when malformed."""
+    """Seconds in a Go-style duration ("1h30m", "500ms", "0"), at most MAX_DURATION; UnitError
+    when malformed or longer."""
     if text == "0":
         return 0.0
     pos = 0
@@ -37,29 +69,80 @@ def parse_duration(text: str) -> float:
     for m in _DURATION_PART.finditer(text):
         if m.start() != pos:
             break
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        number = m.group(1)
+        whole, _, fraction = number.partition(".")
+        if len(whole.lstrip("0")) > _MAX_INT_DIGITS:
+            raise UnitError(_too_long(text))
+        total += float(f"{whole}.{fraction[:_MAX_FRACTION_DIGITS] or '0'}") * _DURATION_UNITS[m.group(2)]
         pos = m.end()
     if pos != len(text) or not text:
-        raise ValueError(f"{text!r} is not a duration; write e.g. 30s, 5m, 1h30m or 500ms")
+        raise UnitError(f"{_shown(text)} is not a duration; write e.g. 30s, 5m, 1h30m or 500ms")
+    if not total <= MAX_DURATION:
+        raise UnitError(_too_long(text))
     return total
 
 
+def duration_seconds(value: str | int | float) -> float:
+    """A duration written as a Go-style string or as a number of seconds (RuleTest suites and traces
+    allow both), with the same bounds: finite, from 0 to MAX_DURATION."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise UnitError(f"{_shown(value)} is not a duration")
+    if isinstance(value, str):
+        return parse_duration(value)
+    if not 0 <= value <= MAX_DURATION:  # NaN fails both comparisons
+        raise UnitError(
+            f"{_shown(value)} seconds is not a duration qosd accepts (from 0 to 31536000, one year)"
+        )
+    return float(value) + 0.0
+
+
+def _too_long(text: str) -> str:
+    return f"duration {_shown(text)} is longer than qosd accepts (at most 8760h, one year)"
+
+
 def parse_quantity(value: str | int | float) -> float:
-    """Base units of a Kubernetes quantity: "2Gi" -> 2147483648, "500m" -> 0.5, 3 -> 3."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a quantity")
+    """Base units of a Kubernetes quantity: "2Gi" -> 2147483648, "500m" -> 0.5, 3 -> 3.
+
+    UnitError when malformed, negative, not finite or above MAX_QUANTITY. Negative zero reads as 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise UnitError(f"{_shown(value)} is not a quantity")
     if isinstance(value, int | float):
-        return float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UnitError(f"{_shown(value)} is not a quantity: it is not a finite number")
+        if value < 0:
+            raise UnitError(f"quantity {_shown(value)} is negative; qosd quantities are amounts (>= 0)")
+        if value > MAX_QUANTITY:
+            raise UnitError(_too_large(value))
+        return float(value) + 0.0  # -0.0 -> 0.0
     m = _QUANTITY.match(value.strip())
     if not m:
-        raise ValueError(f"{value!r} is not a quantity; write e.g. 4, 500m, 300Mi or 5Gi")
-    try:
-        number = Decimal(m.group(1))
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
-        raise ValueError(f"{value!r} is not a quantity") from exc
-    suffix = m.group(2) or ""
-    factor = Decimal(10) ** int(suffix[1:]) if suffix.startswith("e") else _SUFFIX[suffix]
-    return float(number * factor)
+        raise UnitError(f"{_shown(value)} is not a quantity; write e.g. 4, 500m, 300Mi or 5Gi")
+    whole, fraction, suffix = m.group(1).lstrip("0"), m.group(2) or "", m.group(3) or ""
+    if not whole.strip("0") and not fraction.strip("0"):
+        return 0.0
+    if len(whole) > _MAX_INT_DIGITS:
+        raise UnitError(_too_large(value))
+    digits = Decimal(f"{whole or '0'}.{fraction or '0'}")  # exact, whatever its length
+    if suffix.startswith("e"):
+        exponent = suffix[1:].lstrip("0") or "0"
+        # Judge the magnitude from the exponents before scaling: Decimal raises Overflow on
+        # 10**9999999, and int() refuses an exponent of thousands of digits.
+        if len(exponent) > 7 or digits.adjusted() + int(exponent) > 18:
+            raise UnitError(_too_large(value))
+        number = digits.scaleb(int(exponent))
+    else:
+        number = digits * _SUFFIX[suffix]
+    if number > Decimal(MAX_QUANTITY):
+        raise UnitError(_too_large(value))
+    return float(number)
+
+
+def _too_large(value: object) -> str:
+    return (
+        f"quantity {_shown(value)} is too large: qosd accepts at most 9.2e15 cores, bytes or counts "
+        "(8Pi), so that its thousandths fit in 64 bits as Kubernetes' milli-values must"
+    )
 
 
 def format_cpuset(cpus: frozenset[int] | set[int] | list[int]) -> str:
@@ -76,19 +159,27 @@ def format_cpuset(cpus: frozenset[int] | set[int] | list[int]) -> str:
     return ",".join(parts)
 
 
+_CPU_ID = re.compile(r"[0-9]{1,9}")
+
+
 def parse_cpuset(text: str) -> frozenset[int]:
-    """The kernel's list format: "0-2,5" -> {0,1,2,5}; ValueError on reversed or malformed ranges."""
+    """The kernel's list format: "0-2,5" -> {0,1,2,5}; UnitError on reversed or malformed ranges,
+    non-ASCII digits (the kernel reads only 0-9) and ids above MAX_CPU_ID."""
     out: set[int] = set()
     text = text.strip()
     if not text:
         return frozenset()
     for part in text.split(","):
         lo, sep, hi = part.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"{text!r} is not a cpuset list; write e.g. 0-3,8-11")
+        if not _CPU_ID.fullmatch(lo) or (sep and not _CPU_ID.fullmatch(hi)):
+            raise UnitError(f"{_shown(text)} is not a cpuset list; write e.g. 0-3,8-11")
         a, b = int(lo), int(hi) if sep else int(lo)
         if b < a:
-            raise ValueError(f"range {part!r} in cpuset {text!r} runs backwards")
+            raise UnitError(f"range {_shown(part)} in cpuset {_shown(text)} runs backwards")
+        if b > MAX_CPU_ID:
+            raise UnitError(
+                f"cpuset {_shown(text)} names id {b}, above the highest qosd accepts ({MAX_CPU_ID})"
+            )
         out.update(range(a, b + 1))
     return frozenset(out)
 

@@ -36,12 +36,12 @@ from jsonschema import Draft202012Validator
 from engine.config.errors import Location, PolicyError, Problem
 from engine.config.load import read_file
 from engine.config.schema_check import Locator, inline_refs, validation_problems
+from engine.config.unitcheck import schema_file, unit_problems
 from engine.model.facts import Container, Workload
 from engine.model.units import parse_quantity
 from engine.resources import data_dir
 from engine.sources.cgroupfs import CgroupFS
 from engine.sources.collector import CollectorOptions, NodeCollector
-from engine.sources.facts_check import quantity_problem
 
 API_VERSION = "qosd.io/v1alpha1"
 KIND = "StandaloneWorkloads"
@@ -151,13 +151,7 @@ def load_workloads(path: Path, fs: CgroupFS | None = None) -> StandaloneConfig:
         )
     doc = docs[0]
     problems = validation_problems(workloads_validator(), doc.data, doc.locate)
-    for i, entry in enumerate(doc.data.get("workloads") or () if not problems else ()):
-        for kind in ("requests", "limits"):
-            for name, value in (entry.get(kind) or {}).items():
-                why = quantity_problem(value)
-                if why:
-                    where = doc.locate(("workloads", i, kind, name), False)
-                    problems.append(Problem(where, f"{name}: {why}", "write e.g. 4, 500m, 300Mi or 5Gi"))
+    problems = problems or unit_problems(schema_file("workloads.schema.json"), doc.data, doc.locate)
     if problems:
         raise PolicyError(problems)
     config = config_from_dict(doc.data, str(path))
@@ -172,7 +166,8 @@ def _resources(raw: Mapping[str, Any] | None) -> Mapping[str, float]:
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> StandaloneConfig:
-    """A config from a schema-valid workloads document."""
+    """A config from a workloads document that passed the schema and the unit bounds (as
+    load_workloads checks it): its quantities parse."""
     node = data.get("node") or {}
     return StandaloneConfig(
         roots=tuple(str(r) for r in data.get("roots") or ()),

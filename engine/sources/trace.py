@@ -32,6 +32,7 @@ from referencing.jsonschema import DRAFT202012
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import JsonPath, decode_utf8, json_loads_bounded, json_path, read_file
 from engine.config.schema_check import inline_refs, validation_problems
+from engine.config.unitcheck import schema_file, unit_problems
 from engine.model.facts import FactMap, Snapshot, Workload, flatten_metrics, snapshot_from_dict
 from engine.model.units import parse_duration, parse_quantity
 from engine.resources import data_dir, load_schema
@@ -174,7 +175,8 @@ def trace_from_dict(
 
 def trace_problems(data: Any, locate: Locate) -> list[Problem]:
     """Schema problems of a trace document, located and phrased like policy validation's."""
-    return validation_problems(trace_validator(), data, locate)
+    problems = validation_problems(trace_validator(), data, locate)
+    return problems or unit_problems(schema_file("trace.schema.json"), data, locate)
 
 
 @cache

@@ -352,8 +352,11 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
     if isinstance(knob, bool):
         text = "1" if knob else "0"
         return lambda _w, _n: text
-    if isinstance(knob, int | float):
-        literal = _literal(float(knob))
+    if isinstance(knob, int):
+        literal = str(knob)  # exact: 9223372036854775807 as a float would round up past 2**63 - 1
+        return lambda _w, _n: literal
+    if isinstance(knob, float):
+        literal = _literal(knob)
         return lambda _w, _n: literal
     if isinstance(knob, str):
         return lambda _w, _n: knob
@@ -387,11 +390,13 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
         try:
             value = expression(**context)
             template_weight(value)
+            # Turning the result into text is part of it: str() of an undefined attribute
+            # (node.no_such_fact) raises UndefinedError only here.
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return None if value is None else str(value)
+            return _render_number(file, float(value), formula)
         except Exception as exc:  # a bad expression must not stop the tick
             raise RenderError(f"expression {knob['expr']!r} failed: {exc}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None if value is None else str(value)
-        return _render_number(file, float(value), formula)
 
     return evaluate
 

@@ -7,6 +7,7 @@ kube-QoS directory sums that need every pod's configuration (engine/evaluate/cla
 
 from __future__ import annotations
 
+from engine.adapters.cgfiles import value_problem
 from engine.config.render import RenderError
 from engine.evaluate.class_knobs import MemoryQosAsk
 from engine.evaluate.context import ActionContext
@@ -46,6 +47,10 @@ def set_cgroup(ctx: ActionContext) -> bool:
                 ctx.skip(f"{path}/{file}: {exc.message}")
                 continue
             if value is None:
+                continue
+            bad = value_problem(file, value.strip(), ctx.snap.node)
+            if bad:  # an expression's result; literal values were checked at validation
+                ctx.skip(f"{path}/{file}: {bad}")
                 continue
             ctx.tick.intents.append(
                 CgroupIntent(path, file, value, workload.key if workload else None, provenance)
