@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,11 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from engine import cli
 from engine.config.errors import PolicyError
 from engine.ruletest import load_suites
 from engine.sources.snapshot_file import read_facts
 from engine.sources.trace import read_trace
+from tests.test_cli_usage import qosd
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = ROOT / "examples" / "snapshots" / "canary-be-memory.yaml"
@@ -153,16 +151,7 @@ def test_eval_refuses_duplicate_cpus_with_location_and_exit_1(tmp_path: Path) ->
     data = canary()
     dup_cpu(data)
     path = write(tmp_path, data)
-    env = {k: v for k, v in os.environ.items() if k != cli.DEBUG_ENV}
-    proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "eval", "--facts", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
+    proc = qosd("eval", "--facts", str(path))
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"{path}:" in proc.stderr and "CPU 2 is listed twice" in proc.stderr
