@@ -36,7 +36,7 @@ from jsonschema import Draft202012Validator
 from engine.config.errors import Location, PolicyError, Problem, UsageError, short
 from engine.config.load import Document, JsonPath, read_file, yaml_files_under
 from engine.config.pipeline import API_VERSION, PROFILE_LABEL, build_policy, load_documents
-from engine.config.schema_check import did_you_mean, inline_refs, schema_problems, validation_problems
+from engine.config.schema_check import did_you_mean, inline_refs, validation_problems
 from engine.config.unitcheck import schema_file, unit_problems
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
@@ -45,6 +45,8 @@ from engine.model.facts import snapshot_from_dict
 from engine.model.units import parse_duration, parse_quantity
 from engine.plan.planner import Guards
 from engine.resources import data_dir
+from engine.sources.facts_check import facts_problems
+from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
 from engine.tick import TickResult, run_tick
 
@@ -329,6 +331,9 @@ class PolicySpec:
     builtin: bool = True
     profile: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The ``policy:`` that chose these (the case's, else the suite's): where a policy that cannot be
+    # built for the case's node is reported, since its own problem may name only the node.
+    location: Location | None = None
 
 
 @dataclass(frozen=True)
@@ -411,7 +416,7 @@ class _SuiteReader:
             self.problems.extend(unit_problems(schema_file("ruletest.schema.json"), data, self.loc))
         if self.problems:
             return None
-        suite_policy = self._policy(data.get("policy") or {}, ("policy",), PolicySpec())
+        suite_policy = self._policy(data.get("policy"), ("policy",), PolicySpec())
         suite_guards = self._guards(data.get("guards") or {}, Guards())
         names: dict[str, int] = {}
         cases = []
@@ -435,21 +440,32 @@ class _SuiteReader:
 
     # -- parts
 
-    def _policy(self, raw: Mapping[str, Any], path: JsonPath, base: PolicySpec) -> PolicySpec:
+    def _named(self, name: str, path: JsonPath, what: str, directory_ok: bool = False) -> Path | None:
+        """The file a suite names, resolved against the suite's directory; None (and a problem at
+        the naming field) when it cannot be read, whatever the operating system says about it."""
+        full, message = named_file(self.base, name, what, directory_ok)
+        if message:
+            self.add(path, message)
+        return full
+
+    def _policy(self, given: Mapping[str, Any] | None, path: JsonPath, base: PolicySpec) -> PolicySpec:
+        if given is None:
+            return base
+        raw = given
         paths = base.paths
         if "paths" in raw:
             resolved = []
             for j, p in enumerate(raw["paths"]):
-                full = (self.base / p).resolve()
-                if not full.exists():
-                    self.add((*path, "paths", j), f"rule path {p} does not exist (looked at {full})")
-                resolved.append(full)
+                full = self._named(p, (*path, "paths", j), "rule path", directory_ok=True)
+                if full is not None:
+                    resolved.append(full)
             paths = tuple(resolved)
         return PolicySpec(
             paths=paths,
             builtin=bool(raw.get("builtin", base.builtin)),
             profile=raw.get("profile", base.profile),
             labels={**base.labels, **(raw.get("labels") or {})},
+            location=self.loc(path, True),
         )
 
     @staticmethod
@@ -461,9 +477,8 @@ class _SuiteReader:
 
     def _facts(self, raw: Any, path: JsonPath) -> dict[str, Any] | None:
         if isinstance(raw, str):
-            full = (self.base / raw).resolve()
-            if not full.is_file():
-                self.add(path, f"facts file {raw} does not exist (looked at {full})")
+            full = self._named(raw, path, "facts file")
+            if full is None:
                 return None
             if full not in self._facts_cache:
                 try:
@@ -472,7 +487,7 @@ class _SuiteReader:
                     self.problems.extend(exc.problems)
                     return None
             return copy.deepcopy(self._facts_cache[full])
-        found = schema_problems(raw, self.under(path), "facts")
+        found = facts_problems(raw, self.under(path))
         if found:
             self.problems.extend(found)
             return None
@@ -482,7 +497,7 @@ class _SuiteReader:
         if patch is None:
             return facts
         merged: dict[str, Any] = merge_patch(facts, patch)
-        found = schema_problems(merged, self.under(path), "facts")
+        found = facts_problems(merged, self.under(path))
         if found:
             self.problems.extend(
                 Problem(p.location, f"the facts after this patch are invalid: {p.message}", p.hint)
@@ -497,9 +512,8 @@ class _SuiteReader:
         data: Any = raw
         locate: Locate = self.under(path)
         if isinstance(raw, str):
-            full = (self.base / raw).resolve()
-            if not full.is_file():
-                self.add(path, f"state file {raw} does not exist (looked at {full})")
+            full = self._named(raw, path, "state file")
+            if full is None:
                 return EngineState()
             try:
                 docs = read_file(full)
@@ -532,7 +546,7 @@ class _SuiteReader:
     def _case(self, i: int, raw: Mapping[str, Any], policy: PolicySpec, guards: Guards) -> Case | None:
         before = len(self.problems)
         base: JsonPath = ("cases", i)
-        case_policy = self._policy(raw.get("policy") or {}, (*base, "policy"), policy)
+        case_policy = self._policy(raw.get("policy"), (*base, "policy"), policy)
         case_guards = self._guards(raw.get("guards") or {}, guards)
         case_facts = None
         if "facts" in raw:
@@ -665,13 +679,16 @@ def discover(paths: Sequence[Path]) -> tuple[list[Document], list[Problem]]:
     docs: list[Document] = []
     problems: list[Problem] = []
     for p in paths:
+        why = unusable(p, directory_ok=True)
+        if why:
+            raise UsageError(f"{shown(str(p))} {why}")
         if p.is_dir():
             for f in yaml_files_under(p):
                 try:
                     docs.extend(d for d in read_file(f) if _is_suite(d))
                 except PolicyError as exc:
                     problems.extend(exc.problems)
-        elif p.is_file():
+        else:
             try:
                 found = read_file(p)
             except PolicyError as exc:
@@ -692,8 +709,6 @@ def discover(paths: Sequence[Path]) -> tuple[list[Document], list[Problem]]:
                     )
             if not found:
                 problems.append(Problem(Location(str(p), 1, 1), "file holds no YAML document"))
-        else:
-            raise UsageError(f"{p} does not exist")
     if not docs and not problems:
         raise UsageError(
             "no RuleTest suites found in "
@@ -993,6 +1008,17 @@ def evaluation_document(result: TickResult) -> dict[str, Any]:
     return plain
 
 
+def _at_policy(problem: Problem, where: Location) -> Problem:
+    """A policy problem with no file position ("no policy document applies to node 'n'") moved to
+    the ``policy:`` that chose the documents, the line an engineer edits to fix it; what it named
+    before (the node, an unreadable file) stays as related."""
+    if problem.location.line:
+        return problem
+    named = problem.location.source in problem.message  # "... node 'n'" already says where
+    related = problem.related if named else (problem.location, *problem.related)
+    return Problem(where, problem.message, problem.hint, related)
+
+
 def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseResult, list[dict[str, Any]]]:
     """Run every step of a case with state carried over; the Evaluation documents come back too."""
     result = CaseResult(suite.source, suite.name, case.name, case.location, "pass", case.xfail)
@@ -1007,7 +1033,7 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
         policy = build_policy(load_documents(list(spec.paths), builtin=spec.builtin), node)
     except PolicyError as exc:
         result.status = "error"
-        result.problems = list(exc.problems)
+        result.problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
         return result, ticks
     engine = Engine(policy, backend=backend)
     state = case.state

@@ -1,7 +1,8 @@
 """Real-part tests may skip only where the machine lacks the part: a pytest plugin that enforces it.
 
 Some tests exercise the real thing: a writable cgroup v1 hierarchy as root (``realcgroup``), the
-durable_rules backend (``durable``), Linux /proc and /sys (``realproc``). Each skips, with its
+durable_rules backend (``durable``), Linux /proc and /sys (``realproc``), forked children measured
+through /proc (``fork``), this machine's cgroup mounts of any version (``cgroupmount``). Each skips, with its
 reason, where the machine lacks the part. That is right on a laptop and wrong in CI: if a bug in a
 capability check (or a changed mount, a missing extra) made them all skip, the suite would still be
 green while testing none of the real parts. So this plugin detects each part itself, independently
@@ -9,7 +10,8 @@ of the tests' own checks, and:
 
 * fails the session (exit status 1) when a test marked with a part the machine *has* was skipped,
   naming the test and its skip reason;
-* prints ``real-part tests run: cgroup v1 N, durable M, procfs K`` (and which parts are absent here).
+* prints ``real-part tests run: cgroup v1 N, durable M, procfs K, fork F, cgroup mount C`` (and which
+  parts are absent here).
 
 A marker may name what else the test needs, so a machine that has the part but not that is not
 held to it: ``realcgroup(cpus=2)`` (at least two CPUs), ``realcgroup(swap_off=True)`` (no active
@@ -19,6 +21,7 @@ swap). ``tests/conftest.py`` registers the plugin, so the README's test command 
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -32,12 +35,16 @@ PARTS: Mapping[str, str] = {
     "realcgroup": "cgroup v1",
     "durable": "durable",
     "realproc": "procfs",
+    "fork": "fork",
+    "cgroupmount": "cgroup mount",
 }
 MARKERS = (
     "realcgroup(cpus=1, swap_off=False): needs root and a writable cgroup v1 hierarchy (cpu, cpuacct, "
     "cpuset, memory); a skip fails the run where the machine has them",
     "durable: needs the durable_rules backend importable; a skip fails the run where it is",
     "realproc: reads the real Linux /proc and /sys; a skip fails the run on Linux",
+    "fork: runs code in a forked child measured through /proc/self; a skip fails the run where fork works",
+    "cgroupmount: reads this machine's cgroup mounts (any version); a skip fails the run where one is mounted",
 )
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 
@@ -72,7 +79,11 @@ def cgroup_v1_missing(mounts_file: str = "/proc/self/mounts") -> str | None:
     missing = [c for c in V1_CONTROLLERS if c not in mounts]
     if missing:
         return f"no cgroup v1 mount of {', '.join(missing)}"
-    readonly = [f"{c} ({mounts[c][0]})" for c in V1_CONTROLLERS if not mounts[c][1] or not os.access(mounts[c][0], os.W_OK)]
+    readonly = [
+        f"{c} ({mounts[c][0]})"
+        for c in V1_CONTROLLERS
+        if not mounts[c][1] or not os.access(mounts[c][0], os.W_OK)
+    ]
     if readonly:
         return f"cgroup v1 read-only: {', '.join(readonly)}"
     return None
@@ -97,6 +108,28 @@ def procfs_missing() -> str | None:
     if not sys.platform.startswith("linux") or not Path("/proc/stat").is_file():
         return "no Linux /proc"
     return None
+
+
+def fork_missing() -> str | None:
+    """Why forked, /proc-measured children (tests/childproc.py) cannot run here, or None."""
+    if not hasattr(os, "fork") or "fork" not in multiprocessing.get_all_start_methods():
+        return "no fork() start method"
+    if not Path("/proc/self/statm").is_file():
+        return "no /proc/self/statm"
+    return None
+
+
+def cgroup_mount_missing(mounts_file: str = "/proc/self/mounts") -> str | None:
+    """Why this machine has no cgroup filesystem (v1 or v2) mounted, or None."""
+    try:
+        text = Path(mounts_file).read_text()
+    except OSError as exc:
+        return f"cannot read {mounts_file}: {exc.strerror}"
+    if any(
+        len(f) > 2 and f[2] in ("cgroup", "cgroup2") for f in (line.split() for line in text.splitlines())
+    ):
+        return None
+    return "no cgroup filesystem mounted"
 
 
 def _entered_real_subtree() -> set[str]:
@@ -124,6 +157,10 @@ def detect(part: str, needs: Mapping[str, Any]) -> str | None:
         return durable_missing()
     if part == "realproc":
         return procfs_missing()
+    if part == "fork":
+        return fork_missing()
+    if part == "cgroupmount":
+        return cgroup_mount_missing()
     raise ValueError(f"unknown real part {part!r}")
 
 
@@ -168,7 +205,9 @@ class RealParts:
             if had:
                 reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
                 reason = reason.removeprefix("Skipped: ")
-                self.forbidden.append(f"{report.nodeid}: skipped ({reason}) on a machine with {', '.join(had)}")
+                self.forbidden.append(
+                    f"{report.nodeid}: skipped ({reason}) on a machine with {', '.join(had)}"
+                )
         elif report.when == "call":
             parts = {p for p, _ in wanted or []}
             if report.nodeid in _entered_real_subtree():
@@ -189,7 +228,8 @@ class RealParts:
         terminalreporter.write_line(line)
         if self.forbidden:
             terminalreporter.write_line(
-                f"FAILED: {len(self.forbidden)} real-part test(s) skipped on a machine that has the part:", red=True
+                f"FAILED: {len(self.forbidden)} real-part test(s) skipped on a machine that has the part:",
+                red=True,
             )
             for entry in self.forbidden:
                 terminalreporter.write_line(f"  {entry}", red=True)

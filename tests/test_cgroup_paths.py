@@ -219,6 +219,7 @@ def test_no_cgroup_mount_is_a_clear_error() -> None:
         CgroupLayout.from_mounts("/srv", parse_mountinfo(HYBRID))
 
 
+@pytest.mark.cgroupmount
 def test_detect_reads_this_machine() -> None:
     """The live mount table parses, whatever this host runs."""
     text = Path("/proc/self/mountinfo").read_text()

@@ -1285,6 +1285,25 @@ def test_workloads_file_errors_are_located(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "quantity",
+    ['"1e9999999"', '"1' + "0" * 300 + '"', "1e300"],
+    ids=["overflow", "300-digits", "1e300"],
+)
+def test_workloads_quantities_out_of_range_are_located(tmp_path: Path, quantity: str) -> None:
+    """Issue 14: such a request became infinity and stopped the tick in the reclaim formulas."""
+    path = tmp_path / "w.yaml"
+    path.write_text(
+        "apiVersion: qosd.io/v1alpha1\nkind: StandaloneWorkloads\nworkloads:\n"
+        f"  - path: a/b\n    requests:\n      cpu: {quantity}\n"
+    )
+    with pytest.raises(PolicyError) as err:
+        load_workloads(path)
+    (problem,) = err.value.problems
+    assert (problem.location.line, problem.location.path) == (6, "$.workloads[0].requests.cpu")
+    assert "is too large" in problem.message and len(problem.message) < 300
+
+
+@pytest.mark.parametrize(
     ("pattern", "expected"),
     [
         ("qosd-demo/*", "qosd-demo/*"),

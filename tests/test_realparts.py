@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realparts import _v1_mounts
+from tests.realparts import PARTS, _v1_mounts, cgroup_mount_missing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -135,9 +135,11 @@ def test_a_real_part_skip_fails_only_where_the_part_is_present(
     result = run_suite(tmp_path, parts, cpus)
     out = result.stdout
     assert result.returncode == code, out + result.stderr
-    assert "real-part tests run: cgroup v1 2, durable 1, procfs 0" in out, out
+    assert "real-part tests run: cgroup v1 2, durable 1, procfs 0, fork 0, cgroup mount 0" in out, out
     reported = sorted(
-        line.split("::", 1)[1].split(":", 1)[0] for line in out.splitlines() if line.startswith("  test_tiny.py::")
+        line.split("::", 1)[1].split(":", 1)[0]
+        for line in out.splitlines()
+        if line.startswith("  test_tiny.py::")
     )
     assert reported == sorted(forbidden), out
     if forbidden:
@@ -158,8 +160,11 @@ def test_the_plugin_does_not_mask_a_failure(tmp_path: Path) -> None:
             "cgroup /sys/fs/cgroup/cpu cgroup rw,nosuid,cpu 0 0\n"
             "cgroup /sys/fs/cgroup/cpuacct cgroup rw,cpuacct 0 0\n"
             "cgroup /sys/fs/cgroup/memory cgroup ro,memory 0 0\n",
-            {"cpu": ("/sys/fs/cgroup/cpu", True), "cpuacct": ("/sys/fs/cgroup/cpuacct", True),
-             "memory": ("/sys/fs/cgroup/memory", False)},
+            {
+                "cpu": ("/sys/fs/cgroup/cpu", True),
+                "cpuacct": ("/sys/fs/cgroup/cpuacct", True),
+                "memory": ("/sys/fs/cgroup/memory", False),
+            },
         ),
         (
             "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct 0 0\n"
@@ -173,3 +178,30 @@ def test_the_plugin_does_not_mask_a_failure(tmp_path: Path) -> None:
 )
 def test_v1_mounts_from_the_mount_table(mounts: str, expected: dict[str, tuple[str, bool]]) -> None:
     assert _v1_mounts(textwrap.dedent(mounts)) == expected
+
+
+@pytest.mark.parametrize(
+    ("mounts", "missing"),
+    [
+        ("cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n", None),
+        ("cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n", None),
+        ("proc /proc proc rw 0 0\ntmpfs /sys/fs/cgroup tmpfs ro 0 0\n", "no cgroup filesystem mounted"),
+    ],
+    ids=["v2", "v1", "none"],
+)
+def test_cgroup_mount_from_the_mount_table(tmp_path: Path, mounts: str, missing: str | None) -> None:
+    (tmp_path / "mounts").write_text(mounts)
+    assert cgroup_mount_missing(str(tmp_path / "mounts")) == missing
+
+
+def test_the_two_former_unenforced_skips_carry_their_parts() -> None:
+    """Issue 14: the forked-child tests and the live mount-table test skipped outside the plugin's
+    view; they now carry the ``fork`` and ``cgroupmount`` parts, which this plugin enforces."""
+    from tests import test_cgroup_paths, test_render_sandbox
+
+    def marks(fn: object) -> set[str]:
+        return {m.name for m in getattr(fn, "pytestmark", [])}
+
+    assert "fork" in marks(test_render_sandbox.test_python_internals_are_refused)
+    assert "cgroupmount" in marks(test_cgroup_paths.test_detect_reads_this_machine)
+    assert {"fork", "cgroupmount"} <= set(PARTS)

@@ -487,7 +487,13 @@ AT_0 = Published({"cpu": 10.0, "mem": 100.0}, 0.0)
     [
         (NOTHING_PUBLISHED, {"cpu": 10.0}, 5.0, True, "updated: cpu appears"),
         (NOTHING_PUBLISHED, {"cpu": None}, 5.0, True, "updated: first update"),
-        (AT_0, {"cpu": 10.5, "mem": 95.0}, 60.0, False, "held: cpu 10 -> 10.5 (+5.0%), mem 100 -> 95 (-5.0%)"),
+        (
+            AT_0,
+            {"cpu": 10.5, "mem": 95.0},
+            60.0,
+            False,
+            "held: cpu 10 -> 10.5 (+5.0%), mem 100 -> 95 (-5.0%)",
+        ),
         (AT_0, {"cpu": 10.5}, 300.0, False, "last update 300s ago (<= maxInterval 300s)"),  # strict >
         (AT_0, {"cpu": 10.5}, 301.0, True, "updated: last update 301s ago (> maxInterval 300s)"),
         (AT_0, {"cpu": 12.0, "mem": 99.0}, 60.0, True, "updated: cpu 10 -> 12 (+20.0%) (beyond"),
@@ -540,3 +546,20 @@ def test_gate_bounds_staleness(
             if held is not None and value is not None:
                 assert abs(value - held) <= held * threshold
         assert why.startswith("updated: " if due else "held: ")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (float("inf"), "inf"),
+        (float("-inf"), "-inf"),
+        (float("nan"), "nan"),
+        (2.5e6, "2500000"),
+        (0.25, "0.25"),
+    ],
+)
+def test_formula_figures_of_non_finite_values_are_shown_not_raised(value: float, text: str) -> None:
+    """Issue 14: round(inf) raised OverflowError in the middle of a tick's publish step."""
+    from engine.strategies.reclaim import _num
+
+    assert _num(value) == text

@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from engine.kube.apicall import _cut_text, cut_deep, json_loads_capped
 from engine.kube.client import API_VERSION, GROUP, POLICY_KIND, POLICY_PLURAL, VERSION, Backoff
 from engine.kube.reflector import Reflector, is_newer, object_key
 from tests.kubeapi import ApiServer
@@ -638,3 +639,93 @@ def test_the_counters_are_prometheus_metrics_per_resource(
     assert samples[("qosd_kube_watch_errors_total", "pods")] == 0.0
     assert samples[("qosd_kube_watch_synced", "pods")] == 1.0
     assert samples[("qosd_kube_watch_objects", "pods")] == 2.0
+
+
+# ------------------------------------------------------------------ objects nested too deep to decode
+
+
+def nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def policy(name: str, **spec: Any) -> Json:
+    return {"apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_policy_nested_past_the_decoders_limit_is_refused_by_name_and_the_reflector_lives_on(
+    apiserver: ApiServer,
+) -> None:
+    """Issue 14. The API server takes 10,000 levels; json.loads stops at about 1,000 with a
+    RecursionError, which used to fail every list (the reflector never synced and kept relisting).
+    Written straight into the store, as an object etcd holds (the CRD schema would refuse it)."""
+    from engine.config.errors import PolicyError
+    from engine.config.pipeline import build_policy
+    from engine.kube.status import PolicyStatusAggregator
+    from engine.sources.policies import PolicyWatch
+    from tests.builders import snapshot
+
+    apiserver.put(policy("good", rules=[]))
+    # under when:, which the CRD keeps as is (x-kubernetes-preserve-unknown-fields)
+    apiserver.put(policy("deep", rules=[{"name": "r", "when": {"x": nested(3000)}}]))
+    watch = PolicyWatch(apiserver.api_client())
+    watch.start()
+    try:
+        assert watch.wait_synced(30), f"never synced: {watch.reflector.stats}"
+        assert set(watch.objects()) == {"good", "deep"}
+        with pytest.raises(PolicyError) as info:
+            build_policy(list(watch.documents()), snapshot().node)
+        deep = [p for p in info.value.problems if "nests deeper" in p.message]
+        assert deep and all("deep" in str(p.location) for p in deep), info.value.format()
+        assert not any("good" in str(p.location) for p in info.value.problems)
+
+        # through the watch: another one arrives, and a change to a good one still comes in
+        apiserver.put(policy("deeper", rules=[{"name": "r", "when": {"x": nested(5000)}}]))
+        apiserver.put(policy("good", rules=[], priority=5))
+        wait_until(
+            lambda: "deeper" in watch.objects() and "priority" in watch.objects()["good"]["spec"],
+            what="the watch delivering the deep object and the change after it",
+        )
+        stats = watch.reflector.stats
+        assert stats.errors == 0 and stats.cut_objects == 2, stats
+        assert stats.lists == 1  # the deep event did not break the watch into a relist
+
+        # and its status says so: the write does not decode the object the server sends back
+        statuses = PolicyStatusAggregator(apiserver.api_client(), watch.objects, watch.documents, dict)
+        assert statuses.sync() == 3
+        for name, valid in (("good", "True"), ("deep", "False"), ("deeper", "False")):
+            stored = apiserver.get(API_VERSION, POLICY_KIND, name)
+            assert stored is not None
+            (cond,) = [c for c in stored["status"]["conditions"] if c["type"] == "Valid"]
+            assert cond["status"] == valid, (name, cond)
+            assert valid == "True" or "nests deeper" in cond["message"], cond
+    finally:
+        watch.stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        ('{"a": [[[1]]], "b": "[[[", "c": [2]}', 2, {"a": [[]], "b": "[[[", "c": [2]}),
+        ('[{"k": {"x": 1}}, {"k": {}}]', 2, [{"k": {}}, {"k": {}}]),
+        ('{"s": "\\"[[", "t": [[["\\\\"]]]}', 3, {"s": '"[[', "t": [[[]]]}),
+    ],
+)
+def test_cut_text_replaces_values_below_the_limit_and_respects_strings(
+    text: str, limit: int, expected: Any
+) -> None:
+    assert json.loads(_cut_text(text, limit)) == expected
+
+
+def test_capped_decoding_never_raises_recursion_error_and_cuts_in_place() -> None:
+    body = '{"items": [{"metadata": {"name": "d"}, "spec": ' + "[" * 5000 + "]" * 5000 + "}]}"
+    with pytest.raises(RecursionError):
+        json.loads(body)
+    value = json_loads_capped(body, 10)
+    (item,) = value["items"]
+    assert item["metadata"] == {"name": "d"}
+    assert cut_deep(item, 5) == ("spec", 0, 0, 0, 0)
+    assert cut_deep(item, 5) is None  # nothing left that deep
+    assert cut_deep("scalar", 1) is None and cut_deep({"a": {}}, 1) is None

@@ -4,6 +4,7 @@ example suites, and the Evaluation JSON schema against real `qosd eval --output 
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -541,6 +542,53 @@ def test_bad_suites_give_located_errors(
     assert out == ""  # nothing ran
 
 
+# Names a suite can give a file, and what qosd must say (issue 14: a 300-character facts name was
+# an OSError traceback). "DIR" and "FIFO" become a directory and a named pipe in tmp_path; reading a
+# pipe would block the run, so it must be refused without opening it.
+LONG = "0." + "0" * 300
+NAMED_FILES = [
+    ("facts", LONG, "is longer than the file system allows"),
+    ("facts", "a\x00b.yaml", "holds a NUL byte"),
+    ("facts", "DIR", "is a directory, not a file"),
+    ("facts", "FIFO", "is not a regular file"),
+    ("facts", "/dev/null", "is not a regular file"),
+    ("facts", "mp.yaml/x", "does not exist"),
+    ("state", LONG, "is longer than the file system allows"),
+    ("state", "DIR", "is a directory, not a file"),
+    ("state", "FIFO", "is not a regular file"),
+    ("paths", LONG, "is longer than the file system allows"),
+    ("paths", "FIFO", "is not a regular file"),
+    ("paths", "a\x00b.yaml", "holds a NUL byte"),
+]
+
+
+@pytest.mark.parametrize(("field", "name", "why"), NAMED_FILES)
+def test_every_file_a_suite_names_is_checked_where_it_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, name: str, why: str
+) -> None:
+    (tmp_path / "DIR").mkdir()
+    os.mkfifo(tmp_path / "FIFO")
+    quoted = json.dumps(name)
+    if field == "facts":
+        body = f"cases: [{{name: a, facts: {quoted}}}]\n"
+    elif field == "state":
+        body = f"cases: [{{name: a, facts: FACTS, state: {quoted}}}]\n"
+    else:
+        body = f"policy: {{paths: [{quoted}]}}\ncases: [{{name: a, facts: FACTS}}]\n"
+    path = suite(tmp_path, body)
+    code, out, err = run(capsys, str(path))
+    assert code == 1, err
+    assert out == "" and "Traceback" not in err
+    at = f"{path}:{position(path.read_text(), quoted)}: error: "
+    assert at in err and why in err, err
+    assert len(err) < 2000  # a long name is cut, not repeated whole
+
+
+def test_a_suite_path_the_os_refuses_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "/tmp/" + LONG)
+    assert code == 2 and "is longer than the file system allows" in err
+
+
 def test_bad_yaml_and_bad_facts_are_located(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("apiVersion: qosd.io/v1alpha1\nkind: RuleTest\ncases: [\n")
@@ -756,3 +804,26 @@ def test_engine_honours_evict_cooldown() -> None:
 def test_engine_takes_one_victim_per_pressured_numa_node() -> None:
     ticks = _ticks(read_facts(SNAPSHOTS / "numa-watermark-pressure.yaml"), [1700000000], set())
     assert ticks[0] == ["etl"]
+
+
+@pytest.mark.parametrize(
+    ("body", "anchor"),
+    [
+        # the suite's policy: selects nothing (no built-ins, no paths)
+        ("policy: {builtin: false}\ncases: [{name: a, facts: FACTS}]\n", "policy"),
+        # the case's own policy: overrides the suite's and selects nothing
+        ("cases:\n  - name: a\n    facts: FACTS\n    policy: {builtin: false}\n", "policy"),
+    ],
+)
+def test_no_policy_for_the_node_points_at_the_policy_that_chose_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, anchor: str
+) -> None:
+    """Issue 14: this was reported at the node name, line 0, path $."""
+    path = suite(tmp_path, body)
+    code, out, _ = run(capsys, str(path))
+    assert code == 1
+    at = f"{path}:{position(path.read_text(), anchor)}: error: no policy document applies to node"
+    assert at in out and "see also" not in out, out
+    code, out, _ = run(capsys, str(path), "--output", "json")
+    problems = [p for case in json.loads(out)["cases"] for p in case["problems"]]
+    assert problems and all(p["line"] for p in problems), problems

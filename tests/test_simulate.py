@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -220,8 +221,30 @@ def test_missing_base_file_is_located(tmp_path: Path) -> None:
     )
     found = problems(tmp_path, text + TINY_SAMPLES)
     assert found[0].startswith(
-        f"{tmp_path}/bad.yaml:3:7: error: base snapshot 'snapshots/none.yaml' not found"
+        f"{tmp_path}/bad.yaml:3:7: error: base snapshot snapshots/none.yaml does not exist"
     )
+
+
+@pytest.mark.parametrize(
+    ("base", "why"),
+    [
+        ("a" * 300 + ".yaml", "is longer than the file system allows"),
+        ("snapshots", "is a directory, not a file"),
+        ("pipe", "is not a regular file"),
+        ('"a\\u0000b"', "holds a NUL byte"),
+    ],
+)
+def test_a_base_the_os_refuses_is_located(tmp_path: Path, base: str, why: str) -> None:
+    """Issue 14: any OSError of the named base (too long, directory, pipe, NUL) is a located problem;
+    a pipe is refused without opening it, which would block."""
+    (tmp_path / "snapshots").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    text = TINY_HEADER.replace(
+        "base:\n  node: {name: tiny, capacity: {cpu: 10, memory: 107374182400}}", f"base: {base}"
+    )
+    found = problems(tmp_path, text + TINY_SAMPLES)
+    assert found[0].startswith(f"{tmp_path}/bad.yaml:3:7: error: base snapshot "), found
+    assert why in found[0] and len(found[0]) < 1000
 
 
 def test_base_by_path_is_read_relative_to_the_trace(tmp_path: Path) -> None:

@@ -20,13 +20,84 @@ the patch semantics qosd relies on (lists merged by key, a null deleting a map k
 on that fallback."""
 
 
+# Kubernetes' own objects are a dozen levels deep, but a custom resource holds whatever etcd holds
+# (the API server decodes up to 10,000 levels), and json.loads raises RecursionError at about
+# 1,000. qosd keeps no object deeper than this: a deeper value is cut to an empty container, so
+# the object still reads as too deep to every check after it (rule documents allow 64 levels) and
+# is refused there by name, while nothing recursive (equality, copies) can run out of stack.
+MAX_OBJECT_DEPTH = 100
+
+
 def read_json(resp: Any) -> Any:
-    """The JSON body of a ``_preload_content=False`` response, its connection given back to the pool."""
+    """The JSON body of a ``_preload_content=False`` response, its connection given back to the pool.
+    A list body wraps its items in two levels (the list, ``items``); one more level is kept so that
+    :func:`cut_deep` at MAX_OBJECT_DEPTH still sees, and reports, an object cut while decoding."""
     try:
         data = resp.data
-        return json.loads(data) if data else None
+        return json_loads_capped(data, MAX_OBJECT_DEPTH + 3) if data else None
     finally:
         resp.release_conn()
+
+
+def json_loads_capped(data: bytes | str, limit: int) -> Any:
+    """``json.loads`` that never raises RecursionError: a text too deep for the decoder is decoded
+    with every value below level ``limit`` (the root is level 1) cut to an empty container."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+        return json.loads(_cut_text(text, limit))
+
+
+def _cut_text(text: str, limit: int) -> str:
+    """JSON text with each bracketed value that opens level ``limit + 1`` replaced by [] or {}."""
+    pieces: list[str] = []
+    depth, cut_at, last = 0, -1, 0
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth == limit + 1 and cut_at < 0:
+                cut_at = i
+        elif ch in "]}":
+            if depth == limit + 1 and cut_at >= 0:
+                pieces.append(text[last:cut_at])
+                pieces.append("[]" if text[cut_at] == "[" else "{}")
+                last, cut_at = i + 1, -1
+            depth -= 1
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def cut_deep(value: Any, limit: int = MAX_OBJECT_DEPTH) -> tuple[str | int, ...] | None:
+    """Cut, in place, every non-empty container below level ``limit`` of ``value`` (the root is
+    level 1) to an empty one; the JSON path of the first cut, or None when nothing was that deep.
+    Iterative, so it works on exactly the values a recursive walk could not."""
+    if not isinstance(value, dict | list):
+        return None
+    first: tuple[str | int, ...] | None = None
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
+    while stack:
+        node, depth, path = stack.pop()
+        children = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        for key, child in children:
+            if not isinstance(child, dict | list):
+                continue
+            if depth < limit:
+                stack.append((child, depth + 1, (*path, key)))
+            elif child:
+                node[key] = type(child)()
+                first = first or (*path, key)
+    return first
 
 
 def consume(resp: Any) -> None:

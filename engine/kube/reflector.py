@@ -42,6 +42,7 @@ changed" in O(1) and can rebuild derived data (workloads, documents) only when n
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -56,7 +57,15 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from engine.kube.apicall import causes_of, describe_error, read_json, retry_after
+from engine.kube.apicall import (
+    MAX_OBJECT_DEPTH,
+    causes_of,
+    cut_deep,
+    describe_error,
+    json_loads_capped,
+    read_json,
+    retry_after,
+)
 from engine.kube.client import REQUEST_TIMEOUT, WATCH_TIMEOUT_SECONDS, Backoff
 
 log = logging.getLogger("qosd")
@@ -126,6 +135,7 @@ class ReflectorStats:
     stale_events: int = 0
     relists_reset: int = 0
     idle_timeouts: int = 0
+    cut_objects: int = 0  # objects nested deeper than MAX_OBJECT_DEPTH, cut (see apicall.cut_deep)
     last_error: str = ""
 
 
@@ -150,6 +160,18 @@ class _PlainWatch(kwatch.Watch):  # type: ignore[misc]  # kubernetes is untyped 
 
     def get_return_type(self, func: Any) -> None:
         return None
+
+    def unmarshal_event(self, data: Any, return_type: Any) -> Any:
+        """The client's own, with a decoder that cannot raise RecursionError on a deep object
+        (an event wraps its object in one level; one more is kept, as in apicall.read_json)."""
+        if not data or data.isspace():
+            return None
+        try:
+            js = json_loads_capped(data, MAX_OBJECT_DEPTH + 2)
+        except json.JSONDecodeError:
+            return None
+        js["raw_object"] = js["object"]
+        return js
 
 
 def _shutdown(resp: Any) -> None:
@@ -380,6 +402,7 @@ class Reflector:
             rv = str(meta.get("resourceVersion") or rv)
             for obj in body.get("items") or ():
                 if isinstance(obj, dict):
+                    self._bound(obj)
                     items[self._key(obj)] = obj
             token = str(meta.get("continue") or "")
             if not token:
@@ -548,6 +571,7 @@ class Reflector:
             )
             return
         self._stats.events += 1
+        self._bound(obj)
         key = self._key(obj)
         current = state.items.get(key)
         position = rv or state.resource_version
@@ -567,6 +591,29 @@ class Reflector:
             items[key] = obj
         self._state = StoreView(state.version + 1, MappingProxyType(items), position)
         self._notify()
+
+    def _bound(self, obj: dict[str, Any]) -> None:
+        """Cut an object nested deeper than MAX_OBJECT_DEPTH (it stays in the store, too deep for
+        what reads it, which refuses it by name) and say so once per version."""
+        cut = cut_deep(obj)
+        if cut is None:
+            return
+        self._stats.cut_objects += 1
+        raw_meta = obj.get("metadata")
+        meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        log.warning(
+            "object nested deeper than qosd reads; its deepest values were cut",
+            extra={
+                "fields": {
+                    "reflector": self.name,
+                    "object": str(meta.get("name", "?")),
+                    "namespace": str(meta.get("namespace", "")),
+                    "resourceVersion": str(meta.get("resourceVersion", "")),
+                    "maxDepth": MAX_OBJECT_DEPTH,
+                    "at": "$" + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in cut),
+                }
+            },
+        )
 
     def _stale(self, state: StoreView, position: str) -> None:
         self._stats.stale_events += 1

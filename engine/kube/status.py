@@ -33,7 +33,7 @@ from kubernetes.client.rest import ApiException
 from engine.config.errors import Problem
 from engine.config.load import Document
 from engine.config.pipeline import load_documents, validate
-from engine.kube.apicall import describe_error, rfc3339
+from engine.kube.apicall import consume, describe_error, rfc3339
 from engine.kube.client import (
     API_VERSION,
     GROUP,
@@ -207,8 +207,16 @@ class NodeStatusWriter:
         if not self._exists:
             self._create()
         try:
-            self.api.patch_cluster_custom_object_status(
-                GROUP, VERSION, NODE_STATUS_PLURAL, self.node_name, body, _request_timeout=REQUEST_TIMEOUT
+            consume(
+                self.api.patch_cluster_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    NODE_STATUS_PLURAL,
+                    self.node_name,
+                    body,
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _preload_content=False,
+                )
             )
         except ApiException as exc:
             if exc.status == 404:  # deleted behind our back: create it again on the retry
@@ -223,12 +231,15 @@ class NodeStatusWriter:
                 {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": uid}
             ]
         try:
-            self.api.create_cluster_custom_object(
-                GROUP,
-                VERSION,
-                NODE_STATUS_PLURAL,
-                {"apiVersion": API_VERSION, "kind": NODE_STATUS_KIND, "metadata": meta},
-                _request_timeout=REQUEST_TIMEOUT,
+            consume(
+                self.api.create_cluster_custom_object(
+                    GROUP,
+                    VERSION,
+                    NODE_STATUS_PLURAL,
+                    {"apiVersion": API_VERSION, "kind": NODE_STATUS_KIND, "metadata": meta},
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _preload_content=False,
+                )
             )
         except ApiException as exc:
             if exc.status != 409:  # 409: it exists (a previous run made it)
@@ -421,8 +432,18 @@ class PolicyStatusAggregator:
             key = _comparable(want)
             if key == _comparable(obj.get("status") or {}) or key == self._written.get(name):
                 continue
-            self.api.patch_cluster_custom_object_status(
-                GROUP, VERSION, POLICY_PLURAL, name, {"status": want}, _request_timeout=REQUEST_TIMEOUT
+            # The answer (the whole object) is not read: a policy nested past the client's JSON
+            # decoder would make it raise RecursionError, and the status must still be written.
+            consume(
+                self.api.patch_cluster_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    POLICY_PLURAL,
+                    name,
+                    {"status": want},
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _preload_content=False,
+                )
             )
             self._written[name] = key
             written += 1

@@ -29,13 +29,15 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from engine.config.errors import Location, PolicyError, Problem
+from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import JsonPath, decode_utf8, json_loads_bounded, json_path, read_file
 from engine.config.schema_check import inline_refs, validation_problems
 from engine.config.unitcheck import schema_file, unit_problems
 from engine.model.facts import FactMap, Snapshot, Workload, flatten_metrics, snapshot_from_dict
 from engine.model.units import parse_duration, parse_quantity
 from engine.resources import data_dir, load_schema
+from engine.sources.facts_check import semantic_problems
+from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
 
 API_VERSION = "qosd.io/v1alpha1"
@@ -140,8 +142,9 @@ def read_trace(path: Path) -> Trace:
 
     Raises PolicyError with every problem located (file:line:column and JSON path)."""
     source = str(path)
-    if not path.is_file():
-        raise PolicyError([Problem(Location(source, 0, 0), "no such file or directory")])
+    why = unusable(path)
+    if why:  # a command-line argument: a usage error (exit 2), as for any other file qosd is given
+        raise UsageError(f"trace file {shown(source, 200)} {why}")
     if path.suffix == ".jsonl":
         data, locate = _read_jsonl(path)
     else:
@@ -264,23 +267,33 @@ class _Builder:
     def problem(self, path: JsonPath, message: str, hint: str = "", key: bool = False) -> None:
         self.problems.append(Problem(self.locate(path, key), message, hint))
 
+    def _facts(self, doc: Mapping[str, Any], prefix: JsonPath) -> bool:
+        """Record the semantic problems of an inline facts document (the trace schema checked its
+        shape); True when there were any, so the caller builds nothing from it."""
+
+        def locate(p: JsonPath, key: bool = False) -> Location:
+            return self.locate((*prefix, *p), key)
+
+        found = semantic_problems(doc, locate)
+        self.problems.extend(found)
+        return bool(found)
+
     def build(self) -> Trace:
         data = self.data
         base_raw = data["base"]
         if isinstance(base_raw, str):
-            base_path = Path(base_raw)
-            if not base_path.is_absolute():
-                base_path = self.base_dir / base_path
-            if not base_path.is_file():
+            base_path, message = named_file(self.base_dir, base_raw, "base snapshot")
+            if base_path is None:
                 self.problem(
-                    ("base",),
-                    f"base snapshot {base_raw!r} not found (looked for {base_path})",
-                    "a relative base path is resolved against the trace file's directory",
+                    ("base",), message, "a relative base path is resolved against the trace file's directory"
                 )
                 raise PolicyError(self.problems)
             base_doc = read_facts(base_path)
         else:
             base_doc = base_raw
+            self._facts(base_doc, ("base",))
+            if self.problems:
+                raise PolicyError(self.problems)
         base = snapshot_from_dict(base_doc)
         start = float(data.get("start", base_doc.get("time", 0.0)))
         step = parse_duration(data["step"])
@@ -394,6 +407,8 @@ class _Builder:
                         "a recorded snapshot is replayed as is; put deltas in a sample of their own",
                         key=True,
                     )
+                if self._facts(s["snapshot"], (*path, "snapshot")):
+                    continue
                 snap = snapshot_from_dict({**s["snapshot"], "time": start + offset})
                 out.append(Sample(i, offset, snapshot=snap))
                 continue

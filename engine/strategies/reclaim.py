@@ -106,6 +106,8 @@ class Reclaimable:
 
 def _num(x: float) -> str:
     """A figure for formulas: bytes as whole numbers, cores with their decimals."""
+    if not math.isfinite(x):  # shown as is: round() of infinity raises
+        return str(x)
     return str(round(x)) if abs(x) >= 1e6 or float(x).is_integer() else f"{x:.6g}"
 
 

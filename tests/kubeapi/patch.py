@@ -17,12 +17,12 @@ differently on lists, which is exactly where a node-status writer goes wrong.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from tests.kubeapi.errors import ApiError, bad_request
+from tests.kubeapi.store import copy_json
 
 Json = dict[str, Any]
 
@@ -39,8 +39,8 @@ APPLY_PATCH = "application/apply-patch+yaml"
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 MergePatch: returns a new document, never mutates ``target``."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return copy_json(patch)
+    result = copy_json(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -126,7 +126,7 @@ def json_patch(target: Json, operations: Any) -> Any:
     """RFC 6902 over a copy of ``target``. A malformed patch is a 400, one that does not apply a 422."""
     if not isinstance(operations, list):
         raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-    doc: Any = copy.deepcopy(target)
+    doc: Any = copy_json(target)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op:
             raise bad_request(f"invalid JSON patch operation: {json.dumps(op)}")
@@ -134,14 +134,14 @@ def json_patch(target: Json, operations: Any) -> Any:
         try:
             tokens = _pointer(op.get("path"))
             if kind == "add":
-                doc = _add(doc, tokens, copy.deepcopy(op["value"]))
+                doc = _add(doc, tokens, copy_json(op["value"]))
             elif kind == "remove":
                 _remove(doc, tokens)
             elif kind == "replace":
                 _walk(doc, tokens)  # must exist
                 if tokens:
                     _remove(doc, tokens)
-                doc = _add(doc, tokens, copy.deepcopy(op["value"]))
+                doc = _add(doc, tokens, copy_json(op["value"]))
             elif kind == "move":
                 source = _pointer(op.get("from"))
                 value = _walk(doc, source)
@@ -149,7 +149,7 @@ def json_patch(target: Json, operations: Any) -> Any:
                     _remove(doc, source)
                 doc = _add(doc, tokens, value)
             elif kind == "copy":
-                doc = _add(doc, tokens, copy.deepcopy(_walk(doc, _pointer(op.get("from")))))
+                doc = _add(doc, tokens, copy_json(_walk(doc, _pointer(op.get("from")))))
             elif kind == "test":
                 if _walk(doc, tokens) != op.get("value"):
                     raise _PatchFailed(f"testing value {op.get('path')} failed")
@@ -222,7 +222,7 @@ def strategic_merge_patch(target: Json, patch: Any, strategies: Mapping[tuple[st
     """Apply a strategic merge patch to a copy of ``target``; ``strategies`` comes from PATCH_STRATEGIES."""
     if not isinstance(patch, dict):
         raise bad_request("json: cannot unmarshal array into Go value of type map[string]interface {}")
-    result = _merge_map(copy.deepcopy(target), patch, (), strategies)
+    result = _merge_map(copy_json(target), patch, (), strategies)
     if result is None:
         raise bad_request("a strategic merge patch may not delete the whole object")
     return result
@@ -235,7 +235,7 @@ def _merge_map(
     if directive == "delete":
         return None
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != _DIRECTIVE}
+        return {k: copy_json(v) for k, v in patch.items() if k != _DIRECTIVE}
     if directive not in (None, "merge"):
         raise bad_request(f"Unknown patch type: {directive}")
     if _RETAIN_KEYS in patch:
@@ -275,7 +275,7 @@ def _merge_map(
         elif isinstance(value, list) and child in strategies:
             original[key] = _merge_list(original.get(key), value, child, strategies)
         else:
-            original[key] = _strip_directives(copy.deepcopy(value))
+            original[key] = _strip_directives(copy_json(value))
     for name, order in orders.items():
         if isinstance(original.get(name), list):
             original[name] = _apply_order(original[name], order, strategies.get((*path, name)))
@@ -289,9 +289,7 @@ def _merge_list(
     base: list[Any] = list(original) if isinstance(original, list) else []
     if any(isinstance(item, dict) and item.get(_DIRECTIVE) == "replace" for item in patch):
         return [
-            _strip_directives(copy.deepcopy(i))
-            for i in patch
-            if not (isinstance(i, dict) and _DIRECTIVE in i)
+            _strip_directives(copy_json(i)) for i in patch if not (isinstance(i, dict) and _DIRECTIVE in i)
         ]
     if key == SET:
         for item in patch:

@@ -10,7 +10,6 @@ an update carrying a stale resourceVersion is a 409, and a custom resource updat
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import threading
@@ -33,7 +32,7 @@ from tests.kubeapi.patch import (
     strategic_merge_patch,
 )
 from tests.kubeapi.selectors import FieldGetter, FieldSelector, LabelSelector
-from tests.kubeapi.store import ADDED, DELETED, MODIFIED, Store, TooOld
+from tests.kubeapi.store import ADDED, DELETED, MODIFIED, Store, TooOld, copy_json
 from tests.kubeapi.typed import prune_typed
 
 Json = dict[str, Any]
@@ -819,7 +818,7 @@ class Registry:
             )
         if subresource == "status":
             # ResetObjectMetaForStatus + the status strategies: only .status changes.
-            merged = copy.deepcopy(old)
+            merged = copy_json(old)
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -833,7 +832,7 @@ class Registry:
                     meta.pop(key, None)
             if rt.status_subresource:
                 if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
+                    new["status"] = copy_json(old["status"])
                 else:
                     new.pop("status", None)
             rt.strategy.prepare_update(new, old)
@@ -964,7 +963,7 @@ class Registry:
         given uid, creationTimestamp or generation is kept)."""
         api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
         rt = self.for_kind(api_version, kind)
-        new = rt.to_storage(rt.strategy.default(copy.deepcopy(obj)))
+        new = rt.to_storage(rt.strategy.default(copy_json(obj)))
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
             raise ValueError(f"{kind} without metadata.name")
@@ -1013,7 +1012,7 @@ class Registry:
         match it, metadata keeps only ObjectMeta fields, the namespace comes from the URL."""
         if not isinstance(body, dict):
             raise E.bad_request(f"Object 'Kind' is missing in '{json.dumps(body)[:200]}'")
-        obj = copy.deepcopy(body)
+        obj = copy_json(body)
         if obj.get("apiVersion") and obj["apiVersion"] != rt.api_version:
             raise E.bad_request(
                 f"the API version in the data ({obj['apiVersion']}) does not match the expected API version ({rt.api_version})"

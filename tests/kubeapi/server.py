@@ -680,7 +680,7 @@ class ApiServer:
     def _respond(
         self, req: _Request, code: int, payload: Json, headers: dict[str, str] | None = None
     ) -> None:
-        data = json.dumps(payload, separators=(",", ":")).encode()
+        data = encode_json(payload)
         handler = req.handler
         self._log(req, code)  # before the reply: a client that has its answer finds its request logged
         handler.send_response(code)
@@ -1031,7 +1031,7 @@ class ApiServer:
 
     @staticmethod
     def _send_event(handler: _Handler, event: Json) -> None:
-        data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+        data = encode_json(event) + b"\n"
         handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
     @staticmethod
@@ -1112,3 +1112,42 @@ def _peer_closed(sock: socket.socket) -> bool:
         return sock.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):
         return True
+
+
+def encode_json(value: Any) -> bytes:
+    """Compact JSON, as the API server writes it. Go's encoder has no depth limit worth the name
+    (its decoder takes 10,000 levels), so an object etcd holds nested beyond Python's recursion
+    limit is still served: written by an iterative encoder instead of json.dumps."""
+    try:
+        return json.dumps(value, separators=(",", ":")).encode()
+    except RecursionError:
+        return _encode_deep(value).encode()
+
+
+def _encode_deep(value: Any) -> str:
+    out: list[str] = []
+    stack: list[tuple[bool, Any]] = [(False, value)]  # (is literal text, value)
+    while stack:
+        literal, item = stack.pop()
+        if literal:
+            out.append(item)
+        elif isinstance(item, dict):
+            out.append("{")
+            stack.append((True, "}"))
+            entries = list(item.items())
+            for i in range(len(entries) - 1, -1, -1):
+                key, child = entries[i]
+                stack.append((False, child))
+                stack.append((True, json.dumps(str(key)) + ":"))
+                if i:
+                    stack.append((True, ","))
+        elif isinstance(item, list):
+            out.append("[")
+            stack.append((True, "]"))
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((False, item[i]))
+                if i:
+                    stack.append((True, ","))
+        else:
+            out.append(json.dumps(item))
+    return "".join(out)

@@ -98,14 +98,14 @@ class Store:
     def get(self, storage: str, namespace: str, name: str) -> Json | None:
         with self.lock:
             obj = self._objects.get(storage, {}).get((namespace, name))
-            return copy.deepcopy(obj) if obj is not None else None
+            return copy_json(obj) if obj is not None else None
 
     def items(self, storage: str, namespace: str | None = None) -> list[Json]:
         """Current objects in etcd key order (namespace, then name), optionally in one namespace."""
         with self.lock:
             found = self._objects.get(storage, {})
             keys = sorted(k for k in found if namespace is None or k[0] == namespace)
-            return [copy.deepcopy(found[k]) for k in keys]
+            return [copy_json(found[k]) for k in keys]
 
     def items_at(self, storage: str, rv: int) -> list[Json]:
         """The objects as they were at ``rv`` (resourceVersionMatch=Exact, continue tokens): the current
@@ -124,7 +124,7 @@ class Store:
                     state.pop(key, None)
                 elif change.prev is not None:
                     state[key] = change.prev
-            return [copy.deepcopy(state[k]) for k in sorted(state)]
+            return [copy_json(state[k]) for k in sorted(state)]
 
     def namespaces_in_use(self) -> set[str]:
         with self.lock:
@@ -138,7 +138,7 @@ class Store:
             bucket = self._objects.setdefault(storage, {})
             prev = bucket.get(key)
             self._rv += 1
-            stored = copy.deepcopy(obj)
+            stored = copy_json(obj)
             stored.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
             if kind == DELETED:
                 bucket.pop(key, None)
@@ -152,7 +152,7 @@ class Store:
                 if watcher.storage == storage:
                     watcher.push(change)
             self._reached.notify_all()
-            return copy.deepcopy(stored)
+            return copy_json(stored)
 
     def watch(self, storage: str, since: int | None) -> tuple[list[Json], list[Change], Watcher, int]:
         """Start a watch atomically with respect to writes. ``since`` None: the current objects (to be sent
@@ -202,7 +202,7 @@ class Store:
                 bucket = self._objects[storage]
                 for key in sorted(bucket):
                     rv += 1
-                    obj = copy.deepcopy(bucket[key])
+                    obj = copy_json(bucket[key])
                     obj.setdefault("metadata", {})["resourceVersion"] = str(rv)
                     bucket[key] = obj
             self._rv = rv
@@ -219,3 +219,31 @@ class Store:
 def _key(obj: Json) -> Key:
     meta = obj.get("metadata") or {}
     return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON value, as etcd hands out a fresh decode on every read. etcd holds
+    bytes and the API server decodes up to 10,000 levels, so an object nested beyond Python's
+    recursion limit is copied iteratively instead of failing the read."""
+    try:
+        return copy.deepcopy(value)
+    except RecursionError:
+        return _copy_deep(value)
+
+
+def _copy_deep(value: Any) -> Any:
+    if not isinstance(value, dict | list):
+        return value
+    root: Any = type(value)()
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        src, dst = stack.pop()
+        for key, child in src.items() if isinstance(src, dict) else enumerate(src):
+            new = type(child)() if isinstance(child, dict | list) else child
+            if isinstance(dst, dict):
+                dst[key] = new
+            else:
+                dst.append(new)
+            if new is not child:
+                stack.append((child, new))
+    return root
