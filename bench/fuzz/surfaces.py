@@ -415,8 +415,9 @@ class WorkloadsSurface(Surface):
         return seeds
 
     def run(self, env: Env, path: Path) -> str | None:
-        config = load_workloads(path)
-        source = StandaloneSource(env.workload_fs(), config)
+        fs = env.workload_fs()
+        config = load_workloads(path, fs)  # as qosd run does: patterns checked against the cgroup root
+        source = StandaloneSource(fs, config)
         workloads = source.workloads()
         base = env.snapshot("quiet-node.yaml")
         node = REFERENCE_NODE.with_labels(dict(config.node_labels))
