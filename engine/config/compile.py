@@ -18,7 +18,15 @@ from jinja2 import TemplateSyntaxError, meta
 
 from engine.adapters.cgfiles import MAX_CFS_RUNTIME_US, VALUE_FORMATS, value_problem
 from engine.adapters.cgpaths import cgroup_path_problem
-from engine.config.conditions import ORDER_OPS, Condition, comparisons, parse_condition, scope_of
+from engine.config.conditions import (
+    ORDER_OPS,
+    WINDOW_HINT,
+    Condition,
+    comparisons,
+    parse_condition,
+    scope_of,
+    window_problem,
+)
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
@@ -82,6 +90,9 @@ CLASS_KNOB_FILES = {
     ("memory", "high"): "memory.high",
     ("memory", "limit"): "memory.limit_in_bytes",
 }
+
+# The most firings a rule's perWindow may allow (one timestamp each is kept per rule).
+MAX_RATE_COUNT = 10_000
 
 _SINGULAR = {"classes": "class", "enhancements": "enhancement", "pools": "pool", "rules": "rule"}
 
@@ -661,6 +672,10 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
         window = None
         if "window" in sm:
             window = _duration(c, (*base, "smoothing", "window"), sm["window"])
+            # The smoothing keeps every raw value of the window, in memory and in the state file.
+            too_long = window_problem(window, "the report") if window is not None else None
+            if too_long:
+                c.add((*base, "smoothing", "window"), too_long, WINDOW_HINT)
         policy = str(r.get("policy", "usage"))
         for j, name in enumerate(r.get("requestAsUsage") or ()):
             c.ref((*base, "requestAsUsage", j), name, c.classes, "class")
@@ -795,6 +810,15 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         actions.append(Action(kind, freeze(params or {}), (*apath, kind)))
     limits = raw.get("limits") or {}
     per_window = limits.get("perWindow")
+    if per_window and isinstance(per_window.get("count"), int) and per_window["count"] > MAX_RATE_COUNT:
+        # The engine remembers each firing inside the window (at most ``count`` of them).
+        c.add(
+            (*base, "limits", "perWindow", "count"),
+            f"perWindow count {per_window['count']} is above {MAX_RATE_COUNT}: qosd keeps the time of every "
+            "firing the count allows",
+            f"a rule fires at most once per tick; at most {MAX_RATE_COUNT} firings per window, "
+            "or drop perWindow to leave the rule unlimited",
+        )
     if len(c.problems) != before:
         return None
     return Rule(
