@@ -85,3 +85,81 @@ def test_rate_limit_count_is_bounded(tmp_path: Path) -> None:
         check(tmp_path, rule("{node.cpu.usage_percent: {gte: 90}}", limits.replace("1000000000", "10000")))
         == []
     )
+
+
+def set_cgroup(file: str, expr: str, target: str = "{path: x}") -> str:
+    return f'rules:\n  - name: r\n    then: {{setCgroup: {{target: {target}, values: {{{file}: {{expr: "{expr}"}}}}}}}}\n'
+
+
+SET_CGROUP = "$.spec.rules[0].then.setCgroup.values['{}'].expr"
+
+# (file, expression, message fragment): each fails or is refused at every tick, whatever the pod.
+EXPRESSIONS_REFUSED = [
+    (
+        "memory.high",
+        "'x' * 10**9",
+        "fails: repeating a str",
+    ),
+    ("cpu.shares", "'ab' * 10**6", "repeating a str"),
+    ("memory.high", "'x' * node.cpus * 10**9", "fails for a cgroup target without a pod on a typical node"),
+    ("memory.limit_in_bytes", "10 ** 400", "int too large to convert to float"),
+    ("memory.high", "'abc'", "yields a value memory.high refuses"),
+    ("memory.high", "[1, 2]", "yields a value memory.high refuses"),
+    ("cpu.shares", "'max'", "yields a value cpu.shares refuses"),
+    ("cpuset.cpus", "'0-1é'", "yields a value cpuset.cpus refuses"),
+    ("memory.high", "-5", "yields a value memory.high refuses"),  # reads nothing: always -5
+    ("memory.high", "1 / 0", "fails: division by zero"),  # reads nothing: always fails
+    ("memory.high", "node['memory.allocatable_bytes'] ~ 'x'", "yields a value memory.high refuses"),
+]
+
+
+@pytest.mark.parametrize(("file", "expr", "message"), EXPRESSIONS_REFUSED)
+def test_an_expression_that_can_only_fail_is_refused_at_validate(
+    tmp_path: Path, file: str, expr: str, message: str
+) -> None:
+    problems = check(tmp_path, set_cgroup(file, expr))
+    assert located(problems, message) == [SET_CGROUP.format(file)], [p.format() for p in problems]
+
+
+# Fine for real pods though they may fail for some: a division by a request (0 for a BestEffort
+# pod), a value out of range for a small node, a label only some pods have, a pod without limits.
+EXPRESSIONS_ACCEPTED = [
+    ("memory.high", "pod.requests.memory * 0.8"),
+    ("memory.limit_in_bytes", "pod.limits.memory * 1.1"),
+    ("memory.high", "pod.requests.memory / pod.requests.cpu"),
+    ("memory.high", "node['memory.allocatable_bytes'] - 64 * 2**30"),
+    ("memory.high", "pod.labels.tier"),
+    ("cpu.cfs_quota_us", "pod.limits.cpu * 0.9"),
+    ("cpu.shares", "pod.requests.cpu * 2"),
+    ("cpu.cfs_quota_us", "node['cpu.allocatable_cores'] / node['cpu.usage_cores']"),
+]
+
+
+@pytest.mark.parametrize(("file", "expr"), EXPRESSIONS_ACCEPTED)
+def test_an_expression_that_works_for_some_pods_validates(tmp_path: Path, file: str, expr: str) -> None:
+    problems = check(tmp_path, set_cgroup(file, expr, target="{class: be}"))
+    assert problems == [], [p.format() for p in problems]
+
+
+def test_a_pod_targeting_expression_is_evaluated_on_sample_pods(tmp_path: Path) -> None:
+    """``pod.requests.memory`` is a number for a pod; with no pod (a path target) it is undefined,
+    which the tick skips: both validate. A string repeated by a pod's request fails for a typical pod."""
+    amplified = set_cgroup("memory.high", "'x' * (pod.requests.memory | int)", target="{class: be}")
+    problems = check(tmp_path, amplified)
+    assert located(problems, "fails for a pod requesting 1 CPU and 1Gi") == [SET_CGROUP.format("memory.high")]
+    assert check(tmp_path, set_cgroup("memory.high", "pod.requests.memory")) == []
+
+
+@pytest.mark.parametrize(
+    ("knob", "where", "message"),
+    [
+        ("cpu: {shares: {expr: \"'x' * 10**9\"}}", "cpu.shares.expr", "repeating a str"),
+        ("memory: {high: {expr: \"'high'\"}}", "memory.high.expr", "yields a value memory.high refuses"),
+        ('cpu: {cfsQuota: {expr: "2 ** 2000 * 1.0"}}', "cpu.cfsQuota.expr", "fails"),
+    ],
+)
+def test_class_knob_expressions_are_evaluated_like_set_cgroup_values(
+    tmp_path: Path, knob: str, where: str, message: str
+) -> None:
+    problems = check(tmp_path, f"classes:\n  - name: be\n    {knob}\n")
+    assert located(problems, message) == [f"$.spec.classes[0].{where}"], [p.format() for p in problems]
