@@ -298,7 +298,7 @@ def _sample_node() -> tuple[tuple[str, Any], ...]:
 
 
 # A pod of each Kubernetes QoS shape, with non-zero requests: (what it is, requests, limits).
-_SAMPLE_SHAPES = (
+_SAMPLE_SHAPES: tuple[tuple[str, dict[str, float], bool], ...] = (
     (
         "a pod requesting 1 CPU and 1Gi with limits of 2 CPUs and 2Gi",
         {"cpu": 1.0, "memory": 1.0 * (1 << 30)},
@@ -811,7 +811,7 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
         if "window" in sm:
             window = _duration(c, (*base, "smoothing", "window"), sm["window"])
             # The smoothing keeps every raw value of the window, in memory and in the state file.
-            too_long = window_problem(window, "the report") if window is not None else None
+            too_long = window_problem(window, sm["window"], "the report") if window is not None else None
             if too_long:
                 c.add((*base, "smoothing", "window"), too_long, WINDOW_HINT)
         policy = str(r.get("policy", "usage"))

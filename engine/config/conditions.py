@@ -30,12 +30,12 @@ MODIFIERS = ("window", "agg", "hysteresis")
 MAX_WINDOW_SECONDS = 900.0
 
 
-def window_problem(seconds: float, holder: str = "every pod") -> str | None:
-    """Why a window of ``seconds`` is refused, or None (see MAX_WINDOW_SECONDS)."""
+def window_problem(seconds: float, written: Any, holder: str = "each pod (or node, container)") -> str | None:
+    """Why a window of ``seconds``, ``written`` so in the file, is refused, or None (MAX_WINDOW_SECONDS)."""
     if seconds > MAX_WINDOW_SECONDS:
         return (
-            f"window {seconds:g}s is longer than the {MAX_WINDOW_SECONDS / 60:g} min qosd keeps history for: "
-            f"{holder} would hold a sample per tick for the whole window"
+            f"window {short(written)} is longer than the {MAX_WINDOW_SECONDS / 60:g} min qosd keeps "
+            f"history for: {holder} would hold a sample per tick for the whole window"
         )
     return None
 
@@ -169,7 +169,7 @@ def _parse_fact(
             except ValueError as exc:
                 problems.append(Problem(locate((*path, "window")), str(exc)))
             else:
-                too_long = window_problem(window)
+                too_long = window_problem(window, ops["window"])
                 if too_long:
                     problems.append(Problem(locate((*path, "window")), too_long, WINDOW_HINT))
     agg = str(ops.get("agg", "avg" if window else "last"))
