@@ -5,9 +5,12 @@ once against synthetic pods so that one that can only fail is refused before it 
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from engine.config.errors import Problem
 from tests.test_policy_checks import check
@@ -163,3 +166,21 @@ def test_class_knob_expressions_are_evaluated_like_set_cgroup_values(
 ) -> None:
     problems = check(tmp_path, f"classes:\n  - name: be\n    {knob}\n")
     assert located(problems, message) == [f"$.spec.classes[0].{where}"], [p.format() for p in problems]
+
+
+@settings(max_examples=40, deadline=None)
+@example(seconds=900, unit="s")
+@example(seconds=901, unit="s")
+@example(seconds=900, unit="m")
+@example(seconds=960, unit="m")
+@given(seconds=st.integers(min_value=1, max_value=8760 * 3600), unit=st.sampled_from(["s", "m", "h"]))
+def test_a_window_validates_exactly_when_it_is_at_most_15_minutes(seconds: int, unit: str) -> None:
+    size = {"s": 1, "m": 60, "h": 3600}[unit]
+    count = max(1, seconds // size)
+    with tempfile.TemporaryDirectory() as d:
+        problems = check(
+            Path(d), rule(f"{{pod.cpu.usage_cores: {{gte: 1, window: {count}{unit}, agg: min}}}}")
+        )
+    refused = located(problems, "is longer than the 15 min")
+    assert refused == (["$.spec.rules[0].when['pod.cpu.usage_cores'].window"] if count * size > 900 else [])
+    assert len(problems) == len(refused), [p.format() for p in problems]
