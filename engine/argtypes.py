@@ -13,8 +13,7 @@ import math
 import re
 from collections.abc import Callable
 
-from engine.model.units import parse_duration
-from engine.sources.standalone import PatternError, check_pattern
+from engine.model.units import parse_duration, parse_quantity
 
 MAX_PORT = 65535
 
@@ -91,6 +90,61 @@ def number(minimum: float, maximum: float) -> Callable[[str], float]:
     return parse
 
 
+def quantity(minimum: float, maximum: float, unit: str = "") -> Callable[[str], float]:
+    """A Kubernetes quantity (``128Gi``, ``500m``, ``4``) in base units, finite, within [minimum,
+    maximum]; ``unit`` names what the bounds count (``bytes``) in the message."""
+
+    def parse(text: str) -> float:
+        try:
+            value = parse_quantity(text)
+        except ValueError as exc:  # UnitError: names the value and what qosd accepts
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not math.isfinite(value) or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]} is out of range: between {_quantity(minimum)} and {_quantity(maximum)}"
+                + (f" {unit}" if unit else "")
+            )
+        return value
+
+    parse.__name__ = "quantity"
+    return parse
+
+
+_BINARY = (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def _quantity(value: float) -> str:
+    for suffix, factor in _BINARY:
+        if value >= factor and value % factor == 0:
+            return f"{value / factor:g}{suffix}"
+    return f"{value:g}"
+
+
+def percent(text: str) -> float:
+    """A percent above 0 and at most 100 (a threshold of 0 would hold for every sample)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number; write a percent, e.g. 90") from None
+    if not math.isfinite(value) or not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"{text[:40]} is out of range: a percent above 0 and at most 100")
+    return value
+
+
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def profile(text: str) -> str:
+    """A ``--profile`` name: it becomes the node label ``qosd.io/profile``, so it must be a valid
+    Kubernetes label value (at most 63 characters, alphanumerics and ``-_.`` inside)."""
+    if not text or len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:70]!r} is not a profile name: it becomes the node label qosd.io/profile, so it must "
+            "be a label value (1-63 characters: letters, digits and -_. inside), e.g. koordinator"
+        )
+    return text
+
+
 def listen_address(text: str) -> str:
     """``host:port``, ``:port`` (every interface) or ``''`` (no HTTP endpoint); the port 0-65535.
     An IPv6 host is written in brackets (``[::1]:9464``). Whether the port is free is known only
@@ -110,6 +164,10 @@ def listen_address(text: str) -> str:
 def cgroup_pattern(text: str) -> str:
     """A ``--root`` pattern: a cgroup path or glob, refused when empty, with NUL or ``..``. Whether
     an absolute pattern lies under --cgroup-root is checked once the hierarchy is known."""
+    # Imported here: the demo's workload processes parse their flags with this module and should
+    # not pay for the collectors at start-up.
+    from engine.sources.standalone import PatternError, check_pattern
+
     try:
         return check_pattern(text)
     except PatternError as exc:

@@ -9,6 +9,7 @@ traceback (the test suite sets QOSD_DEBUG so that a bug fails its test loudly).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -17,9 +18,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from engine import __version__, daemon, demo, explain, ruletest, simulate
-from engine.argtypes import integer
+from engine.argtypes import integer, profile
 from engine.config.errors import Location, PolicyError, Problem, UsageError
-from engine.config.load import Document, read_file
+from engine.config.load import Document, json_path, parse_documents, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels, validate
 from engine.config.schema_check import schema_problems
@@ -39,13 +40,21 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 DEBUG_ENV = "QOSD_DEBUG"
 
 
+def _not_a_file(path: Path) -> str:
+    if not path.exists():
+        return "does not exist"
+    if path.is_dir():
+        return "is a directory; name one file"
+    return "is not a regular file (a device or a pipe cannot be read to its end)"
+
+
 def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()) -> NodeInfo:
     """Node facts from a file (facts snapshot, its node section, or a Kubernetes Node), else this machine."""
     if path is None:
         node = read_local_node()
     else:
         if not path.is_file():
-            raise UsageError(f"node file {path} does not exist")
+            raise UsageError(f"node file {path} {_not_a_file(path)}")
         docs = read_file(path)
         if len(docs) != 1 or not isinstance(docs[0].data, dict):
             raise PolicyError(
@@ -134,7 +143,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     if not args.facts.is_file():
-        raise UsageError(f"facts file {args.facts} does not exist")
+        raise UsageError(f"facts file {args.facts} {_not_a_file(args.facts)}")
     snapshot = load_snapshot(args.facts)
     node = snapshot.node.with_labels({PROFILE_LABEL: args.profile}) if args.profile else snapshot.node
     policy = build_policy(load_documents(args.rules, builtin=not args.no_builtin), node)
@@ -165,12 +174,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_state(path: Path) -> EngineState:
+    """The state ``--state`` names; a file that is not one is invalid input (exit 1), located at the
+    broken JSON's line:col or, for a value the schema refuses, at that value."""
     try:
-        return state_from_json(path.read_bytes())
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"--state {path}: {exc.strerror}") from None
+    try:
+        return state_from_json(data)
     except CorruptState as exc:
-        raise UsageError(f"--state {path}: not an engine state (schemas/state.schema.json): {exc}") from None
+        where = Location(str(path), exc.line, exc.column, json_path(exc.path))
+        if not exc.line:
+            with contextlib.suppress(PolicyError, ValueError):  # JSON is YAML: its marks give line:col
+                docs = parse_documents(data.decode("utf-8"), str(path))
+                if docs:
+                    where = docs[0].locate(exc.path)
+        raise PolicyError(
+            [
+                Problem(
+                    where,
+                    f"not an engine state: {exc}",
+                    hint="--state takes a file `qosd run --state-file` wrote, or the `state` object of "
+                    "`qosd eval --output json` (schemas/state.schema.json)",
+                )
+            ]
+        ) from None
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -196,7 +224,9 @@ def _policy_source_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
     p.add_argument(
-        "--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL}), e.g. koordinator"
+        "--profile",
+        type=profile,
+        help=f"bundled profile to use (sets node label {PROFILE_LABEL}), e.g. koordinator",
     )
     p.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="extra node label (repeatable)"
@@ -263,7 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--output", choices=("table", "json"), default="table")
     e.add_argument("--state", type=Path, help="engine state from a previous evaluation's JSON 'state'")
     e.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    e.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL})")
+    e.add_argument(
+        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
+    )
     e.add_argument("--dry-run", action="store_true", help="plan no operations, report them as held")
     e.add_argument(
         "--eviction-burst",

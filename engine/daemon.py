@@ -12,6 +12,14 @@ long-running process needs around it:
   anywhere in a tick the restarted daemon either never saw the decision (and makes it again, against
   freshly observed cgroups, so writes are not repeated) or already has the eviction on record (and
   counts the pod as released instead of evicting it twice).
+- **When the state file cannot be saved** (full or read-only file system): operations that set a
+  value (cgroup and resctrl writes, taints, node conditions, published resources) and Events are
+  still applied, because repeating them after a restart is harmless (a value set again, a duplicate
+  notice). Evictions are held back (``held`` in the audit record, with the reason) and their rule's
+  firing is not recorded, so they are decided again on the first tick whose save succeeds: an
+  eviction is never requested without its write-ahead record. Counted in
+  ``qosd_state_write_failures_total``, reported on ``/readyz`` and logged at most every
+  REPORT_SECONDS.
 - **Signals.** SIGTERM and SIGINT only set a flag: the tick in progress finishes, its whole plan is
   applied, then the loop exits. A plan is never left half-applied by a signal. SIGQUIT stops the
   same way after logging every thread's stack (a daemon that seems stuck says where; no core dump,
@@ -27,6 +35,7 @@ long-running process needs around it:
 
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import dataclasses
@@ -63,7 +72,7 @@ from engine.adapters.mounts import CgroupUnavailable
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
-from engine.argtypes import cgroup_pattern, duration, integer, listen_address
+from engine.argtypes import cgroup_pattern, duration, integer, listen_address, profile
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, node_labels
 from engine.evaluate.engine import Engine
@@ -71,7 +80,7 @@ from engine.evaluate.state import MAX_STATE_BYTES, CorruptState, EngineState, st
 from engine.model.facts import Snapshot
 from engine.model.intents import CgroupIntent
 from engine.model.operations import EvictPod, Operation, WriteCgroup
-from engine.plan.planner import Guards
+from engine.plan.planner import Guards, Held, Plan
 from engine.reload import PolicyLayer, ReloadConfig, Reloader
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import PinnedReader
@@ -210,6 +219,11 @@ class Metrics:
             "Audit log records lost because the write failed (full disk, read-only file system...).",
             registry=r,
         )
+        self.state_failures = Counter(
+            "qosd_state_write_failures_total",
+            "State file saves that failed (full disk, read-only file system...); evictions wait meanwhile.",
+            registry=r,
+        )
 
 
 # ---------------------------------------------------------------- state and audit files
@@ -233,7 +247,7 @@ def load_state(path: Path | None) -> EngineState:
     except OSError as exc:
         log.warning(
             "state file unreadable; starting with empty timers and no eviction records",
-            extra={"fields": {"path": str(path), "error": f"{exc.strerror} ({errno_name(exc)})"}},
+            extra={"fields": {"path": str(path), "error": describe_exception(exc)}},
         )
         return EngineState()
     try:
@@ -336,7 +350,90 @@ def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> di
     return doc
 
 
-AUDIT_REPORT_SECONDS = 60.0  # a failing audit log is logged at most this often
+REPORT_SECONDS = 60.0  # a fault that repeats every tick is logged at most this often per key
+MAX_THROTTLE_KEYS = 4096  # distinct faults remembered; the oldest reports are forgotten beyond
+
+
+class Throttle:
+    """When to log a fault that comes back every tick: the first time for each key, then at most
+    once every ``every`` seconds with the number of repeats suppressed in between. One warning a
+    second for the same bad value buries everything else in the node's log; silence after the
+    first would hide that it still happens. ``clear`` (the fault went away) makes the next
+    occurrence of the key log at once."""
+
+    def __init__(self, every: float = REPORT_SECONDS, clock: Callable[[], float] = time.monotonic):
+        self.every = every
+        self.clock = clock
+        self._seen: dict[Any, tuple[float, int]] = {}  # key -> (last report, repeats suppressed since)
+
+    def admit(self, key: Any) -> int | None:
+        """None to stay silent; otherwise log now, saying this many repeats were suppressed."""
+        now = self.clock()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.every:
+            self._seen[key] = (seen[0], seen[1] + 1)
+            return None
+        self._seen.pop(key, None)
+        if len(self._seen) >= MAX_THROTTLE_KEYS:
+            del self._seen[next(iter(self._seen))]  # insertion order: the longest unreported
+        self._seen[key] = (now, 0)
+        return seen[1] if seen is not None else 0
+
+    def clear(self, match: Callable[[Any], bool]) -> None:
+        if self._seen:
+            for key in [k for k in self._seen if match(k)]:
+                del self._seen[key]
+
+
+def describe_exception(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"{exc.strerror or exc} ({errno_name(exc)})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class FileFault(abc.ABC):
+    """A file the daemon writes every tick beside its enforcement (audit log, state file), and what
+    went wrong writing it: counted, reported on ``/readyz`` until a write succeeds, logged at the
+    first failure and then at most every REPORT_SECONDS, and logged again when it recovers."""
+
+    what = "file"
+
+    def __init__(self, path: Path, failures: Counter, clock: Callable[[], float] = time.monotonic):
+        self.path = path
+        self.failures = failures
+        self.error: str | None = None  # why the last write failed; None once one succeeds
+        self.lost = 0  # failed writes since the last successful one
+        self._throttle = Throttle(clock=clock)
+
+    def failed(self, exc: Exception) -> None:
+        """One write lost to ``exc``: count it, and log it unless the last report was recent."""
+        self.error = describe_exception(exc)
+        self.lost += 1
+        self.failures.inc()
+        suppressed = self._throttle.admit("write")
+        if suppressed is None:
+            return
+        log.warning(
+            self.failure_message() + f" (reported at most every {REPORT_SECONDS:g}s)",
+            exc_info=None if isinstance(exc, OSError) else exc,  # anything else is a bug: show where
+            extra={"fields": {"path": str(self.path), "error": self.error, **self.counts(suppressed)}},
+        )
+
+    def succeeded(self) -> None:
+        if self.error is not None:
+            fields = {"path": str(self.path), **self.counts(None)}
+            log.info(f"{self.what} writable again", extra={"fields": fields})
+        self.error, self.lost = None, 0
+        self._throttle.clear(lambda _key: True)
+
+    @abc.abstractmethod
+    def failure_message(self) -> str:
+        """The warning logged when a write fails."""
+
+    @abc.abstractmethod
+    def counts(self, suppressed: int | None) -> dict[str, int]:
+        """The log fields: what was lost since the last report (``suppressed`` repeats not logged),
+        or since the last good write (``suppressed`` None, on recovery)."""
 
 
 def append_record(path: Path, data: bytes) -> None:
@@ -358,23 +455,16 @@ def append_record(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-class AuditLog:
+class AuditLog(FileFault):
     """The ``--audit-log`` file, and what went wrong writing it.
 
     A record that cannot be written (a full disk, a read-only remount, a removed directory) is lost
     and counted (``qosd_audit_write_failures_total``), ``/readyz`` says why until a write succeeds
-    again, and the log says so at the first failure and then at most every AUDIT_REPORT_SECONDS.
+    again, and the log says so at the first failure and then at most every REPORT_SECONDS.
     The tick is not failed: the operations were applied, only their record is missing, and
     stopping enforcement because of a full disk would be the worse outcome."""
 
-    def __init__(self, path: Path, failures: Counter, clock: Callable[[], float] = time.monotonic):
-        self.path = path
-        self.failures = failures
-        self.clock = clock
-        self.error: str | None = None  # why the last write failed; None once one succeeds
-        self.lost = 0  # records lost since the last successful write
-        self._reported_at: float | None = None
-        self._unreported = 0
+    what = "audit log"
 
     def append(self, record: Mapping[str, Any]) -> bool:
         try:
@@ -382,40 +472,14 @@ class AuditLog:
         except Exception as exc:
             self.failed(exc)
             return False
-        if self.error is not None:
-            log.info(
-                "audit log writable again",
-                extra={"fields": {"path": str(self.path), "recordsLost": self.lost}},
-            )
-        self.error, self.lost, self._reported_at, self._unreported = None, 0, None, 0
+        self.succeeded()
         return True
 
-    def failed(self, exc: Exception) -> None:
-        """One record lost to ``exc``: count it, and log it unless the last report was recent."""
-        if isinstance(exc, OSError) and exc.errno is not None:
-            why = f"{exc.strerror or exc} ({errno_name(exc)})"
-        else:
-            why = f"{type(exc).__name__}: {exc}"
-        self.error = why
-        self.lost += 1
-        self._unreported += 1
-        self.failures.inc()
-        now = self.clock()
-        if self._reported_at is not None and now - self._reported_at < AUDIT_REPORT_SECONDS:
-            return
-        log.warning(
-            "audit record lost: writing the audit log failed; enforcement continues "
-            f"(reported at most every {AUDIT_REPORT_SECONDS:g}s)",
-            exc_info=None if isinstance(exc, OSError) else exc,  # anything else is a bug: show where
-            extra={
-                "fields": {
-                    "path": str(self.path),
-                    "error": why,
-                    "recordsLost": self._unreported,
-                }
-            },
-        )
-        self._reported_at, self._unreported = now, 0
+    def failure_message(self) -> str:
+        return "audit record lost: writing the audit log failed; enforcement continues"
+
+    def counts(self, suppressed: int | None) -> dict[str, int]:
+        return {"recordsLost": self.lost if suppressed is None else suppressed + 1}
 
     def problem(self) -> str | None:
         """Why readiness fails while records are lost (enforcement goes on), or None."""
@@ -425,6 +489,98 @@ class AuditLog:
             f"audit log {self.path} failing: {self.error}; "
             f"{self.lost} record(s) lost since the last good write"
         )
+
+
+class StateFile(FileFault):
+    """The ``--state-file``, and what went wrong saving it (see the module docstring for the rule:
+    while a save fails, evictions wait and everything repeatable is applied)."""
+
+    what = "state file"
+
+    def __init__(self, path: Path, failures: Counter, clock: Callable[[], float] = time.monotonic):
+        super().__init__(path, failures, clock)
+        self.held = 0  # evictions held back since the last good save
+        self._held_reported = 0
+
+    def save(self, state: EngineState, generation: int, now: float, evictions: int = 0) -> bool:
+        """Save; False when it failed, and then the ``evictions`` of this tick are held back."""
+        try:
+            save_state(self.path, state, generation, now)
+        except Exception as exc:
+            self.held += evictions
+            self.failed(exc)
+            return False
+        self.succeeded()
+        self.held = self._held_reported = 0
+        return True
+
+    def failure_message(self) -> str:
+        return (
+            "state file save failed: evictions are held back until the write-ahead record can be "
+            "saved; cgroup, resctrl and node status operations are still applied"
+        )
+
+    def counts(self, suppressed: int | None) -> dict[str, int]:
+        if suppressed is None:
+            return {"failedSaves": self.lost, "evictionsHeld": self.held}
+        held, self._held_reported = self.held - self._held_reported, self.held
+        return {"failedSaves": suppressed + 1, "evictionsHeld": held}
+
+    def problem(self) -> str | None:
+        if self.error is None:
+            return None
+        return (
+            f"state file {self.path} failing: {self.error}; {self.lost} save(s) failed and "
+            f"{self.held} eviction(s) held back since the last good save"
+        )
+
+
+def hold_back_evictions(result: TickResult, previous: EngineState, why: str) -> TickResult:
+    """The tick as it may be applied without its write-ahead record: evictions held, with the
+    reason, and their rules' firing (latches, cooldown, rate-limit window) as it was before the
+    tick, so the same decision is made again on the first tick whose save succeeds rather than
+    waiting out a cooldown or a latch for an eviction that never happened. Everything else (sustain
+    timers, other rules, what was published) moves on as computed."""
+    evicted = result.plan.evicted
+    if not evicted:
+        return result
+    reason = f"held back: the write-ahead state could not be saved ({why}); decided again once it can"
+    plan = Plan(
+        tuple(op for op in result.plan.operations if not isinstance(op, EvictPod)),
+        (*result.plan.held, *(Held(intent, reason) for intent in evicted)),
+    )
+    rules = {intent.provenance.rule for intent in evicted}
+
+    def of(key: str) -> bool:
+        return key.split("|", 1)[0] in rules
+
+    new = result.evaluation.state  # before record_evictions: none of these pods is being evicted
+    state = dataclasses.replace(
+        new,
+        latched=frozenset({k for k in new.latched if not of(k)} | {k for k in previous.latched if of(k)}),
+        last_fired={
+            **{k: v for k, v in new.last_fired.items() if k not in rules},
+            **{k: v for k, v in previous.last_fired.items() if k in rules},
+        },
+        fired_at={
+            **{k: v for k, v in new.fired_at.items() if k not in rules},
+            **{k: v for k, v in previous.fired_at.items() if k in rules},
+        },
+    )
+    return TickResult(result.evaluation, plan, state)
+
+
+def operation_subject(op: Operation) -> tuple[str, str]:
+    """(target, what) of an operation: the key its repeated failures are grouped by."""
+    if isinstance(op, WriteCgroup):
+        return op.path, f"{op.kind} {op.file}"
+    if isinstance(op, EvictPod):
+        return f"{op.namespace}/{op.name}", op.kind
+    for attr in ("group", "key", "type", "name", "reason"):
+        value = getattr(op, attr, None)
+        if isinstance(value, str):
+            return value, op.kind
+    return "", op.kind
 
 
 def thread_stacks() -> dict[str, str]:
@@ -516,6 +672,12 @@ class Daemon:
         self.audit = AuditLog(config.audit_log, self.metrics.audit_failures) if config.audit_log else None
         if self.audit is not None:
             self.readiness.append(self.audit.problem)
+        self.state_file = (
+            StateFile(config.state_file, self.metrics.state_failures) if config.state_file else None
+        )
+        if self.state_file is not None:
+            self.readiness.append(self.state_file.problem)
+        self.op_failures = Throttle(clock=clock)
         self._server: ThreadingHTTPServer | None = None
 
     def _reloaded(self, source: str, result: str) -> None:
@@ -553,8 +715,10 @@ class Daemon:
                 snap = _with_observed(snap, self.source.observe(unseen))
                 result = plan_tick(engine, result.evaluation, snap, self.guards)
             self.metrics.evaluation_seconds.observe(time.perf_counter() - t0)
-            if self.config.state_file is not None:
-                save_state(self.config.state_file, result.state, engine.generation, snap.time)
+            sf = self.state_file
+            evictions = len(result.plan.evicted)
+            if sf is not None and not sf.save(result.state, engine.generation, snap.time, evictions):
+                result = hold_back_evictions(result, self.state, sf.error or "unknown error")
             outcomes = self.executor.apply(result.plan.operations)
             self.state = _unrecord_refused(result.state, outcomes)
             try:
@@ -584,10 +748,26 @@ class Daemon:
             self.metrics.actions.labels(op.kind, outcome.status).inc()
             if op.kind == "evictPod" and outcome.status in ("applied", "unchanged"):
                 self.metrics.evictions.labels(str(getattr(op, "rule", ""))).inc()
-            if outcome.status == "failed":
-                log.warning("operation failed", extra={"fields": {**op.to_dict(), "error": outcome.error}})
+            self._report_failure(op, outcome)
         for held in result.plan.held:
             self.metrics.held.labels(held.intent.provenance.rule).inc()
+
+    def _report_failure(self, op: Operation, outcome: OperationOutcome) -> None:
+        """Log a failed operation once per (target, what, reason), then at most every REPORT_SECONDS
+        with the repeats suppressed: the same bad value fails again every tick. Its success clears it."""
+        subject = operation_subject(op)
+        if outcome.status != "failed":
+            if outcome.status == "applied":
+                self.op_failures.clear(lambda key: key[:2] == subject)
+            return
+        suppressed = self.op_failures.admit((*subject, outcome.error))
+        if suppressed is None:
+            return
+        fields = {**op.to_dict(), "error": outcome.error, "repeatsSuppressed": suppressed}
+        log.warning(
+            f"operation failed (the same failure is logged at most every {REPORT_SECONDS:g}s)",
+            extra={"fields": fields},
+        )
 
     def _audit(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
         """Append the tick's record; a failure is the audit log's (counted, reported), not the tick's."""
@@ -1137,7 +1317,9 @@ def add_parser(sub: Any) -> None:
         help="rule file or directory (repeatable); re-read when it changes",
     )
     r.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    r.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL})")
+    r.add_argument(
+        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
+    )
     r.add_argument(
         "--label",
         action="append",

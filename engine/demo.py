@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.argtypes import integer, number
+
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 GROUPS = ("online", "batch")
 
@@ -388,15 +390,38 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return live(load)
 
 
+# Bounds of the workload flags: a run long enough to measure and short enough to wait for; a probe
+# rate whose period the scheduler can keep (the probe sleeps between requests) and that one CPU can
+# serve with the largest work.
+DURATION = number(0.1, 3600)
+WARMUP = number(0, 600)
+RATE = number(1, 10_000)
+WORK = integer(1, 10_000_000)
+WORKERS = integer(1, 4096)
+
+
+def add_load_flags(parser: argparse.ArgumentParser, batch: bool = False) -> None:
+    """The workload flags of ``qosd demo`` and of its probe and batch processes, each bounded: a
+    negative duration or a zero rate would run and report nonsense with exit 0."""
+    parser.add_argument(
+        "--duration", type=DURATION, default=5.0, help="measured seconds per run, 0.1-3600 (default 5)"
+    )
+    if not batch:
+        parser.add_argument(
+            "--rate", type=RATE, default=200.0, help="probe requests per second, 1-10000 (default 200)"
+        )
+        parser.add_argument(
+            "--work", type=WORK, default=5000, help="loop iterations per probe request (default 5000)"
+        )
+
+
 def add_parser(sub: Any) -> None:
     d = sub.add_parser(
         "demo",
         help="colocation live on this machine's cgroups (root), else on a simulated node",
         description=__doc__.split("\n\n")[0],
     )
-    d.add_argument("--duration", type=float, default=5.0, help="measured seconds per run (default 5)")
-    d.add_argument("--rate", type=float, default=200.0, help="probe requests per second")
-    d.add_argument("--work", type=int, default=5000, help="loop iterations per probe request")
+    add_load_flags(d)
     d.add_argument("--simulate", action="store_true", help="use the simulated node even as root")
     d.set_defaults(func=cmd_demo)
 
@@ -406,13 +431,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m engine.demo")
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("probe")
-    p.add_argument("--rate", type=float, default=200.0)
-    p.add_argument("--work", type=int, default=5000)
+    add_load_flags(p)
     b = sub.add_parser("batch")
-    b.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    add_load_flags(b, batch=True)
+    b.add_argument("--workers", type=WORKERS, default=os.cpu_count() or 1)
     for s in (p, b):
-        s.add_argument("--duration", type=float, default=5.0)
-        s.add_argument("--warmup", type=float, default=1.0)
+        s.add_argument("--warmup", type=WARMUP, default=1.0)
     args = parser.parse_args(argv)
     if args.what == "probe":
         result = probe(args.rate, args.duration, args.work, args.warmup)

@@ -711,6 +711,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if path.is_dir():
         print(f"qosd: error: {path} is a directory; explain reads one file", file=sys.stderr)
         return EXIT_USAGE
+    if not path.is_file():  # /dev/zero would be read forever
+        print(f"qosd: error: {path} is not a regular file; explain reads one file", file=sys.stderr)
+        return EXIT_USAGE
     try:
         ticks = read_ticks(path)
     except PolicyError as exc:

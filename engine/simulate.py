@@ -33,7 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any
 
-from engine.argtypes import integer, number
+from engine.argtypes import duration, integer, number, percent, profile, quantity
 from engine.config.conditions import comparisons
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
@@ -1365,37 +1365,6 @@ class Progress:
 # ---------------------------------------------------------------- command line
 
 
-def _duration_arg(text: str) -> float:
-    from engine.model.units import parse_duration
-
-    try:
-        seconds = parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError("must be longer than 0")
-    return seconds
-
-
-def _quantity_arg(text: str) -> float:
-    from engine.model.units import parse_quantity
-
-    try:
-        return parse_quantity(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _percent_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 100:
-        raise argparse.ArgumentTypeError("must be a percent above 0 and at most 100")
-    return value
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot is not None:
         missing = plot_available()
@@ -1443,11 +1412,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+MAX_GENERATED_SAMPLES = 1_000_000  # a year of minutes is 527,040; more only exhausts memory
+
+
 def cmd_trace_generate(args: argparse.Namespace) -> int:
     if args.cpus % args.numa or args.cpus // args.numa < 2:
         raise UsageError(
             f"--cpus {args.cpus} --numa {args.numa}: the generated node splits its CPUs evenly over its "
             "NUMA nodes, at least 2 (one core of two hyper-threads) each; make --cpus a multiple of --numa"
+        )
+    samples = args.hours * 3600 / args.step
+    if not 1 <= samples <= MAX_GENERATED_SAMPLES:
+        raise UsageError(
+            f"--hours {args.hours:g} --step {duration_text(args.step)}: that is {math.floor(samples):,} "
+            f"samples; a trace needs from 1 to {MAX_GENERATED_SAMPLES:,} "
+            + (
+                "(lengthen --hours or shorten --step)"
+                if samples < 1
+                else "(lengthen --step or shorten --hours)"
+            )
         )
     profile = None if args.profile == "default" else args.profile
     doc = generate_tidal(
@@ -1516,7 +1499,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--output", choices=("text", "json"), default="text")
     s.add_argument("--no-timeline", action="store_true", help="text output: the summary only")
     s.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    s.add_argument("--profile", help=f"bundled profile to use (sets node label {PROFILE_LABEL})")
+    s.add_argument(
+        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
+    )
     s.add_argument("--backend", choices=("python", "durable"), default="python")
     s.add_argument("--dry-run", action="store_true", help="plan no operations (nothing is published either)")
     s.add_argument(
@@ -1527,14 +1512,14 @@ def add_parser(sub: Any) -> None:
     )
     s.add_argument(
         "--risk-cpu",
-        type=_percent_arg,
+        type=percent,
         default=90.0,
         metavar="PERCENT",
         help="node CPU usage above this is a minute at SLO risk (default 90)",
     )
     s.add_argument(
         "--risk-memory",
-        type=_percent_arg,
+        type=percent,
         default=90.0,
         metavar="PERCENT",
         help="node memory usage above this is a minute at SLO risk (default 90)",
@@ -1554,15 +1539,18 @@ def add_parser(sub: Any) -> None:
     g.add_argument(
         "--hours", type=number(0.001, 24 * 366), default=24.0, help="length of the trace (default 24)"
     )
-    g.add_argument("--step", type=_duration_arg, default=60.0, help="time between samples (default 1m)")
+    g.add_argument(
+        "--step", type=duration(0.001, 24 * 3600), default=60.0, help="time between samples (default 1m)"
+    )
     g.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    g.add_argument("--cpus", type=integer(1, 8192), default=32, help="logical CPUs of the node (default 32)")
+    g.add_argument("--numa", type=integer(1, 1024), default=2, help="NUMA nodes, dividing --cpus (default 2)")
     g.add_argument(
-        "--cpus", type=integer(1, 8192), default=32, help="logical CPUs of the node (default 32)"
+        "--memory",
+        type=quantity(64 * 2**20, 2**50, "bytes"),
+        default=128 * GiB,
+        help="node memory (default 128Gi)",
     )
-    g.add_argument(
-        "--numa", type=integer(1, 1024), default=2, help="NUMA nodes, dividing --cpus (default 2)"
-    )
-    g.add_argument("--memory", type=_quantity_arg, default=128 * GiB, help="node memory (default 128Gi)")
     g.add_argument(
         "--profile",
         choices=("koordinator", "default"),

@@ -23,6 +23,9 @@ import pytest
 from engine.adapters.mounts import CgroupLayout, CgroupUnavailable
 
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
+# pytest node ids of the tests that got a real subtree: the real-part plugin counts them as
+# real-cgroup tests whether or not they carry the marker
+ENTERED: set[str] = set()
 UNLIMITED_V1 = str((2**63 - 1) // os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PAGE_SIZE"))
 
 
@@ -101,6 +104,7 @@ def remove_tree(top: Path, root: Path) -> None:
 def real_subtree(children: tuple[str, ...] = ("app",), sleeper: str | None = "app") -> Iterator[Subtree]:
     """A fresh subtree with these child cgroups; ``sleeper`` gets a real ``sleep`` process."""
     layout = v1_layout()
+    ENTERED.add(os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0])
     name = f"qosd-test-{os.getpid()}-{secrets.token_hex(3)}"
     roots = {c: Path(layout.locate(c)[1]) for c in CONTROLLERS}  # type: ignore[index]
     tree = Subtree(layout, name, 0)

@@ -60,7 +60,7 @@ RUN_FLAGS: list[tuple[str, list[str], list[str]]] = [
     ("interval-without-unit", ["--interval", "1"], ["--interval", "'1' has no unit", "write 1s"]),
     ("interval-zero", ["--interval", "0s"], ["--interval", "out of range"]),
     ("interval-infinite", ["--interval", "1e999s"], ["--interval"]),
-    ("interval-too-long", ["--interval", "9999999999h"], ["--interval", "out of range"]),
+    ("interval-too-long", ["--interval", "9999999999h"], ["--interval", "at most 8760h"]),
     ("root-dotdot", ["--root", "../*"], ["--root", "'..'"]),
     ("root-outside", ["--root", "/srv/*"], ["--root", "'/srv/*'", "outside the cgroup root"]),
     ("root-empty", ["--root", ""], ["--root", "names no cgroup"]),
@@ -71,14 +71,20 @@ RUN_FLAGS: list[tuple[str, list[str], list[str]]] = [
     ("eviction-burst-word", ["--eviction-burst", "three"], ["--eviction-burst", "not a whole number"]),
     ("sync-timeout", ["--sync-timeout", "soon"], ["--sync-timeout", "not a duration"]),
     ("reload-debounce", ["--reload-debounce", "-5ms"], ["--reload-debounce"]),
-    ("cgroup-root-missing", ["--cgroup-root", "/definitely/not/here"], ["--cgroup-root /definitely/not/here"]),
+    (
+        "cgroup-root-missing",
+        ["--cgroup-root", "/definitely/not/here"],
+        ["--cgroup-root /definitely/not/here"],
+    ),
     ("label", ["--label", "novalue"], ["--label", "key=value"]),
     ("backend", ["--backend", "java"], ["--backend", "invalid choice"]),
 ]
 
 
 @pytest.mark.parametrize(("name", "flags", "needles"), RUN_FLAGS, ids=[c[0] for c in RUN_FLAGS])
-def test_qosd_run_flag_errors_are_one_line_and_exit_2(name: str, flags: list[str], needles: list[str]) -> None:
+def test_qosd_run_flag_errors_are_one_line_and_exit_2(
+    name: str, flags: list[str], needles: list[str]
+) -> None:
     proc = qosd("run", "--once", "--dry-run", "--standalone", "--listen", "", *flags)
     assert_one_line_usage_error(proc, *needles)
 
@@ -112,7 +118,9 @@ def test_a_state_file_that_is_not_a_regular_file_is_refused_not_replaced(tmp_pat
         ("--workloads", "{tmp}/missing.yaml", "no such file"),
     ],
 )
-def test_files_named_by_flags_are_checked_at_start(tmp_path: Path, flag: str, value: str, needle: str) -> None:
+def test_files_named_by_flags_are_checked_at_start(
+    tmp_path: Path, flag: str, value: str, needle: str
+) -> None:
     path = value.format(tmp=tmp_path)
     proc = qosd("run", "--once", "--dry-run", "--standalone", "--listen", "", flag, path)
     assert_one_line_usage_error(proc, flag, needle)
@@ -139,7 +147,7 @@ def test_a_workloads_entry_outside_the_cgroup_root_is_located(tree: Subtree, tmp
     workloads = tmp_path / "workloads.yaml"
     workloads.write_text(
         "apiVersion: qosd.io/v1alpha1\nkind: StandaloneWorkloads\nworkloads:\n"
-        f"  - path: {tree.name}/*\n  - path: \"/srv/x/*\"\n"
+        f'  - path: {tree.name}/*\n  - path: "/srv/x/*"\n'
     )
     proc = qosd("run", "--once", "--dry-run", "--standalone", "--listen", "", "--workloads", str(workloads))
     assert proc.returncode == 1, proc.stderr
@@ -167,12 +175,28 @@ def test_other_commands_flag_errors_are_one_line_and_exit_2(argv: list[str], nee
     assert_one_line_usage_error(qosd(*argv), *needles)
 
 
-def test_eval_with_a_state_of_the_wrong_shape_is_a_usage_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "where", "needle"),
+    [
+        ('{"state":{"heldSince":[1]}}', ":1:23:", "$.state.heldSince"),
+        ('{"state":\n  {"heldSince": {"r": "x"}}}', ":2:23:", "$.state.heldSince.r"),
+        ("[]", ":1:1:", "not of type 'object'"),
+        ('{"state": {"heldSince": {\n  "r": 1,,', ":2:10:", "not JSON"),
+        ('{"state": "\xff"}', ":1:12:", "not JSON"),
+    ],
+    ids=["schema", "schema-line-2", "root", "broken-json", "not-utf8"],
+)
+def test_eval_with_a_state_that_is_not_one_is_a_located_error(tmp_path: Path, text: str, where: str, needle: str) -> None:
+    """Invalid input (exit 1), located at the broken JSON or the value the schema refuses."""
     state = tmp_path / "state.json"
-    state.write_text('{"state":{"heldSince":[1]}}')
+    state.write_bytes(text.encode("latin-1"))
     facts = ROOT / "examples" / "snapshots" / "be-cpu-evict.yaml"
     proc = qosd("eval", "--facts", str(facts), "--state", str(state))
-    assert_one_line_usage_error(proc, f"--state {state}", "$.state.heldSince")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"{state}{where} error: not an engine state"), first
+    assert needle in first, first
 
 
 # ---------------------------------------------------------------- the last resort
@@ -202,3 +226,52 @@ def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch, how: 
         monkeypatch.setenv(cli.DEBUG_ENV, "1")
     with pytest.raises(RuntimeError, match="unexpected failure"):
         cli.main(["--debug", "crd"] if how == "flag" else ["crd"])
+
+
+# (case id, argv, what the one line must say): every command's flags bounded where argparse reads
+# them; each of these used to run and exit 0 with meaningless output (a negative demo run, a zero
+# probe rate, a trace of NaN memory or of zero samples, a profile label no node can carry), hang
+# (explain reading /dev/zero) or say the wrong thing (a device "does not exist").
+OTHER_FLAGS: list[tuple[str, list[str], list[str]]] = [
+    ("demo-duration-negative", ["demo", "--duration", "-1"], ["--duration", "out of range"]),
+    ("demo-duration-nan", ["demo", "--duration", "nan"], ["--duration", "out of range"]),
+    ("demo-rate-zero", ["demo", "--rate", "0"], ["--rate", "out of range"]),
+    ("demo-rate-infinite", ["demo", "--rate", "inf"], ["--rate", "out of range"]),
+    ("demo-work-zero", ["demo", "--work", "0"], ["--work", "out of range"]),
+    ("demo-work-word", ["demo", "--work", "lots"], ["--work", "not a whole number"]),
+    ("generate-memory-infinite", ["trace", "generate", "--memory", "1e400"], ["--memory", "too large"]),
+    (
+        "generate-memory-overflow",
+        ["trace", "generate", "--memory", "1e9999999"],
+        ["--memory", "too large"],
+    ),
+    ("generate-memory-zero", ["trace", "generate", "--memory", "0"], ["--memory", "between 64Mi and 1Pi"]),
+    ("generate-step-zero", ["trace", "generate", "--step", "0s"], ["--step", "out of range"]),
+    ("generate-step-no-unit", ["trace", "generate", "--step", "60"], ["--step", "has no unit"]),
+    ("generate-no-samples", ["trace", "generate", "--hours", "0.001", "--step", "1h"], ["0 samples"]),
+    (
+        "generate-too-many-samples",
+        ["trace", "generate", "--hours", "8000", "--step", "1s"],
+        ["28,800,000 samples"],
+    ),
+    ("simulate-risk-zero", ["simulate", "--trace", "t.yaml", "--risk-cpu", "0"], ["--risk-cpu", "above 0"]),
+    ("simulate-risk-over", ["simulate", "--trace", "t.yaml", "--risk-memory", "101"], ["--risk-memory"]),
+    ("simulate-burst", ["simulate", "--trace", "t.yaml", "--eviction-burst", "-1"], ["--eviction-burst"]),
+    ("render-profile-path", ["render", "--profile", "../../etc"], ["--profile", "label value"]),
+    ("validate-profile-space", ["validate", "--profile", "a b"], ["--profile", "label value"]),
+    ("eval-profile-empty", ["eval", "--facts", "f.yaml", "--profile", ""], ["--profile"]),
+    ("run-profile-long", ["run", "--profile", "x" * 64], ["--profile"]),
+    ("explain-device", ["explain", "/dev/zero"], ["/dev/zero is not a regular file"]),
+    ("eval-facts-device", ["eval", "--facts", "/dev/zero"], ["facts file /dev/zero is not a regular file"]),
+    ("validate-node-directory", ["validate", "--node", "/"], ["node file / is a directory"]),
+    ("crd-kind", ["crd", "--kind", "x"], ["--kind", "invalid choice"]),
+    ("schema-kind", ["schema", "x"], ["invalid choice"]),
+    ("test-run-regex", ["test", ".", "--run", "("], ["--run", "not a regular expression"]),
+]
+
+
+@pytest.mark.parametrize(("name", "argv", "needles"), OTHER_FLAGS, ids=[c[0] for c in OTHER_FLAGS])
+def test_every_command_refuses_a_meaningless_flag_value_in_one_line(
+    name: str, argv: list[str], needles: list[str]
+) -> None:
+    assert_one_line_usage_error(qosd(*argv), *needles)

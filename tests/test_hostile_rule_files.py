@@ -309,10 +309,13 @@ BACKENDS = [
     "python",
     pytest.param(
         "durable",
-        marks=pytest.mark.skipif(
-            importlib.util.find_spec("durable_rules_engine") is None,
-            reason="durable_rules is not importable here (optional extra)",
-        ),
+        marks=[
+            pytest.mark.durable,
+            pytest.mark.skipif(
+                importlib.util.find_spec("durable_rules_engine") is None,
+                reason="durable_rules is not importable here (optional extra)",
+            ),
+        ],
     ),
 ]
 

@@ -551,6 +551,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.realcgroup
 def test_kill_9_between_the_write_ahead_record_and_the_eviction_call_never_evicts_twice(
     cluster: ApiServer, tmp_path: Path
 ) -> None:

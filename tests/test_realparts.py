@@ -77,6 +77,12 @@ def test_unmarked_skip_is_not_the_plugins_business():
     pytest.skip("unrelated")
 
 
+def test_unmarked_but_skipped_by_the_cgroup_helpers():
+    from realcgroup import need_cgroup_v1
+
+    need_cgroup_v1()
+
+
 @pytest.mark.realcgroup
 @pytest.mark.xfail(reason="known", strict=True)
 def test_expected_failure():
@@ -84,8 +90,18 @@ def test_expected_failure():
 """
 
 
+HELPERS = """\
+import pytest
+
+
+def need_cgroup_v1():
+    pytest.skip("no cgroup v1 here")
+"""
+
+
 def run_suite(tmp_path: Path, parts: str, cpus: int) -> subprocess.CompletedProcess[str]:
     (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "realcgroup.py").write_text(HELPERS)  # a skip from here is a real-cgroup skip
     (tmp_path / "test_tiny.py").write_text(SUITE)
     env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_PARTS": parts, "FAKE_CPUS": str(cpus)}
     return subprocess.run(
@@ -104,11 +120,12 @@ def run_suite(tmp_path: Path, parts: str, cpus: int) -> subprocess.CompletedProc
         # a machine without the parts: every skip is legitimate
         ("", 8, 0, []),
         # cgroup v1 present: both cgroup skips fail the run; the 2-CPU test is held to it on 2 CPUs...
-        ("realcgroup", 2, 1, ["test_cgroup_skips_in_the_call", "test_cgroup_skips_at_setup", "test_needs_two_cpus"]),
+        # (a test skipped by the cgroup helpers counts without a marker)
+        ("realcgroup", 2, 1, ["test_cgroup_skips_in_the_call", "test_cgroup_skips_at_setup", "test_needs_two_cpus", "test_unmarked_but_skipped_by_the_cgroup_helpers"]),
         # ...and not on one
-        ("realcgroup", 1, 1, ["test_cgroup_skips_in_the_call", "test_cgroup_skips_at_setup"]),
+        ("realcgroup", 1, 1, ["test_cgroup_skips_in_the_call", "test_cgroup_skips_at_setup", "test_unmarked_but_skipped_by_the_cgroup_helpers"]),
         ("durable", 8, 1, ["test_durable_skips"]),
-        ("realcgroup,durable", 1, 1, ["test_cgroup_skips_in_the_call", "test_cgroup_skips_at_setup", "test_durable_skips"]),
+        ("realcgroup,durable", 1, 1, ["test_cgroup_skips_in_the_call", "test_cgroup_skips_at_setup", "test_unmarked_but_skipped_by_the_cgroup_helpers", "test_durable_skips"]),
     ],
     ids=["none", "cgroup-2cpus", "cgroup-1cpu", "durable", "both"],
 )

@@ -361,6 +361,7 @@ def cpuacct_dir() -> Iterator[Path]:
             d.rmdir()
 
 
+@pytest.mark.realcgroup
 def test_pinned_reads_on_the_real_cgroupfs_follow_the_kernel(cpuacct_dir: Path) -> None:
     """One open, then preads that see every change; rmdir makes the descriptor answer ENODEV (read
     as None, descriptor closed); a cgroup recreated at the path is opened and read anew."""

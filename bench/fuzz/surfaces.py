@@ -480,6 +480,9 @@ class StateSurface(Surface):
         handler = _Capture(note)
         logger = logging.getLogger("engine.daemon")
         logger.addHandler(handler)
+        # load_state moves a corrupt file aside: qosd eval --state reads its own copy of the input
+        eval_copy = env.inputs / "eval-state.json"
+        shutil.copyfile(path, eval_copy)
         try:
             state = load_state(path)
         finally:
@@ -495,7 +498,7 @@ class StateSurface(Surface):
                 "--facts",
                 str(ROOT / "examples" / "snapshots" / STATE_SNAPSHOTS[0]),
                 "--state",
-                str(path),
+                str(eval_copy),
                 "--output",
                 "json",
             ]

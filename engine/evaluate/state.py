@@ -154,7 +154,13 @@ class EngineState:
 
 
 class CorruptState(ValueError):
-    """Bytes that are not an engine state qosd wrote (schemas/state.schema.json); says where and why."""
+    """Bytes that are not an engine state qosd wrote (schemas/state.schema.json); says where and why:
+    ``line``/``column`` (1-based) where the JSON itself is broken, else ``path`` (the JSON path of the
+    offending value) when the schema refused it, so ``qosd eval --state`` can point at it."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = (), line: int = 0, column: int = 0):
+        super().__init__(message)
+        self.path, self.line, self.column = path, line, column
 
 
 MAX_STATE_BYTES = 16 << 20  # a real state is kilobytes; more is not one qosd wrote
@@ -185,6 +191,13 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
 
 
+def _byte_position(data: bytes | str, index: int) -> tuple[int, int]:
+    """1-based line and column (in characters) of ``data[index]``."""
+    raw = data.encode() if isinstance(data, str) else data
+    before = raw[:index].decode("utf-8", errors="replace")
+    return before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
+
+
 def state_from_json(data: bytes | str) -> EngineState:
     """The engine state in a state file's bytes (the document ``qosd run`` writes, or its bare
     ``state`` object). Anything else, whatever its shape (null, a list, a truncated file, binary
@@ -196,7 +209,12 @@ def state_from_json(data: bytes | str) -> EngineState:
         doc = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
     except RecursionError:
         raise CorruptState("not JSON qosd wrote: nested too deeply to read") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, huge integers, 1e999
+    except json.JSONDecodeError as exc:
+        raise CorruptState(f"not JSON: {_short(exc.msg)}", line=exc.lineno, column=exc.colno) from None
+    except UnicodeDecodeError as exc:
+        line, column = _byte_position(data, exc.start)
+        raise CorruptState(f"not JSON: {_short(str(exc))}", line=line, column=column) from None
+    except ValueError as exc:  # huge integers, 1e999
         raise CorruptState(f"not JSON: {_short(str(exc))}") from None
     return state_from_document(doc)
 
@@ -210,7 +228,7 @@ def state_from_document(doc: Any) -> EngineState:
     except RecursionError:
         raise CorruptState("nested too deeply to check") from None
     if error is not None:
-        raise CorruptState(f"{error.json_path}: {_short(error.message)}")
+        raise CorruptState(f"{error.json_path}: {_short(error.message)}", path=tuple(error.absolute_path))
     state = doc["state"] if wrapped else doc
     try:
         return EngineState.from_dict(state)
