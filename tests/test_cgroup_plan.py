@@ -110,15 +110,16 @@ def test_write_order(observed: dict[str, dict[str, str]], desired: list[Desired]
 
 
 def test_an_expression_whose_result_the_file_cannot_take_is_skipped_not_written() -> None:
-    """Expressions are computed per tick, so validation cannot see their results: one the file's
-    format refuses becomes a skip with the reason, never a write that fails every tick."""
+    """Expressions are computed per tick; validation tries them only on typical facts (a 2-CPU node
+    here gets a valid cpuset), so a result the file's format refuses on this 16-CPU node becomes a
+    skip with the reason, never a write that fails every tick."""
     rules = """\
 rules:
   - name: bad-expr
     then:
       setCgroup:
         target: {path: kubepods/besteffort}
-        values: {cpuset.cpus: {expr: "'0-1é'"}, memory.max: {expr: "1024 * 1024"}, cpu.idle: {expr: "node.no_such"}, cpuset.mems: {expr: "'5'"}}
+        values: {cpuset.cpus: {expr: "'0-1é' if node.cpus > 8 else '0'"}, memory.max: {expr: "1024 * 1024"}, cpu.idle: {expr: "node.no_such"}, cpuset.mems: {expr: "node.cpus // 4 + 1"}}
 """
     result = run_tick(Engine(policy(rules)), snapshot(), EngineState(), Guards())
     writes = {(op.path, op.file): op.value for op in result.plan.operations if op.kind == "writeCgroup"}

@@ -11,14 +11,24 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
+from functools import cache
 from types import MappingProxyType
 from typing import Any, overload
 
 from jinja2 import TemplateSyntaxError, meta
+from jinja2.exceptions import SecurityError
 
 from engine.adapters.cgfiles import MAX_CFS_RUNTIME_US, VALUE_FORMATS, value_problem
 from engine.adapters.cgpaths import cgroup_path_problem
-from engine.config.conditions import ORDER_OPS, Condition, comparisons, parse_condition, scope_of
+from engine.config.conditions import (
+    ORDER_OPS,
+    WINDOW_HINT,
+    Condition,
+    comparisons,
+    parse_condition,
+    scope_of,
+    window_problem,
+)
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
@@ -43,7 +53,9 @@ from engine.config.policy import (
     ValueSource,
     freeze,
 )
-from engine.config.render import ENV
+from engine.config.render import ENV, RenderError
+from engine.model.factnames import registry
+from engine.model.facts import Container, Workload
 from engine.model.node import NodeInfo
 from engine.model.units import parse_cpuset, parse_duration, parse_quantity
 from engine.strategies.knobs import compile_knob
@@ -82,6 +94,12 @@ CLASS_KNOB_FILES = {
     ("memory", "high"): "memory.high",
     ("memory", "limit"): "memory.limit_in_bytes",
 }
+
+# The most firings a rule's perWindow may allow (one timestamp each is kept per rule).
+MAX_RATE_COUNT = 10_000
+
+# The file each class knob that may be an expression writes (v1 dialect): shares and weight too.
+CLASS_EXPR_FILES = {**CLASS_KNOB_FILES, ("cpu", "shares"): "cpu.shares", ("cpu", "weight"): "cpu.weight"}
 
 _SINGULAR = {"classes": "class", "enhancements": "enhancement", "pools": "pool", "rules": "rule"}
 
@@ -223,20 +241,151 @@ def _matcher(raw: dict[str, Any]) -> Matcher:
     )
 
 
-def _check_knob(c: _Checker, path: JsonPath, knob: Any) -> None:
+def _check_knob(c: _Checker, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
+    """An expression knob must parse, read only pod/container/node, and (``_try_expression``) not be
+    one that can only fail or only yield a value ``file`` refuses."""
     if isinstance(knob, dict) and "expr" in knob:
         try:
             ast = ENV.parse("{{ " + knob["expr"] + " }}")
         except TemplateSyntaxError as exc:
             c.add((*path, "expr"), f"expression {short(knob['expr'])} does not parse: {exc.message}")
             return
-        unknown = meta.find_undeclared_variables(ast) - EXPR_VARIABLES
+        names = meta.find_undeclared_variables(ast)
+        unknown = names - EXPR_VARIABLES
         if unknown:
             c.add(
                 (*path, "expr"),
                 f"expression {short(knob['expr'])} uses unknown name(s) {', '.join(sorted(unknown))}",
                 "cgroup expressions may read pod, container and node",
             )
+            return
+        _try_expression(c, (*path, "expr"), knob, file, pods, constant=not names)
+
+
+# Errors of an expression that no pod can avoid: the template limits (SecurityError) and numbers
+# too large for any file. Others (a ZeroDivisionError, a missing label, None for a pod without a
+# limit) depend on the pod, so the synthetic pods below cannot prove them wrong.
+_HOPELESS = (SecurityError, OverflowError, MemoryError, RecursionError)
+
+# Typical node fact values by unit: non-zero, so that a division by a fact does not fail here only.
+_TYPICAL = {
+    "percent": 50.0,
+    "bytes": float(8 << 30),
+    "cores": 4.0,
+    "count": 2.0,
+    "microseconds": 1000.0,
+    "tasks": 100.0,
+    "seconds": 60.0,
+}
+
+
+@cache
+def _sample_node() -> tuple[tuple[str, Any], ...]:
+    """Every node fact of the facts schema (keyed as the tick's flattened ``node``) at a typical value."""
+    out: list[tuple[str, Any]] = []
+    for spec in registry().specs.values():
+        if spec.scope != "node":
+            continue
+        if spec.kind == "string":
+            value: Any = spec.enum[0] if spec.enum else ""
+        elif spec.kind == "boolean":
+            value = False
+        else:
+            value = _TYPICAL.get(spec.unit, 1.0)
+            value = int(value) if spec.kind == "integer" else value
+        out.append((".".join(spec.path), value))
+    return tuple(out)
+
+
+# A pod of each Kubernetes QoS shape, with non-zero requests: (what it is, requests, limits).
+_SAMPLE_SHAPES: tuple[tuple[str, dict[str, float], bool], ...] = (
+    (
+        "a pod requesting 1 CPU and 1Gi with limits of 2 CPUs and 2Gi",
+        {"cpu": 1.0, "memory": 1.0 * (1 << 30)},
+        True,
+    ),
+    ("a pod requesting 0.5 CPU and 512Mi without limits", {"cpu": 0.5, "memory": 0.5 * (1 << 30)}, False),
+    ("a pod without requests or limits", {}, False),
+)
+
+
+def _sample_pods() -> tuple[tuple[str, Workload], ...]:
+    return tuple(
+        (
+            what,
+            Workload(
+                uid=f"validate-{i}",
+                name=f"sample-{i}",
+                namespace="default",
+                priority=0,
+                containers=(
+                    Container("app", requests=req, limits={k: 2 * v for k, v in req.items()} if lim else {}),
+                ),
+            ),
+        )
+        for i, (what, req, lim) in enumerate(_SAMPLE_SHAPES)
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _try_expression(
+    c: _Checker, path: JsonPath, knob: dict[str, Any], file: str | None, pods: bool, *, constant: bool
+) -> None:
+    """Evaluate an expression knob once per sample (a pod of each shape when it targets pods, else no
+    pod) on a node with typical facts, as the tick would. Refused: a failure of the template limits
+    or a number too large for any file (``_HOPELESS``) for any sample, any failure of an expression
+    that reads neither pod nor node (``constant``), or, for every sample that
+    yields a value, a value that is not a number and that ``file`` refuses (a string, a list). A
+    number out of the file's range is refused only when the expression reads neither pod nor node
+    (``constant``): otherwise real requests and facts may bring it in range, and the tick skips it
+    when they do not. Without this, the tick would skip the write with an error every tick."""
+    formula = (c.spec.get("cgroup") or {}).get("weightFormula")
+    fn = compile_knob(file or "", knob, weight_formula=formula)
+    node = dict(_sample_node())
+    samples: tuple[tuple[str, Workload | None], ...] = (
+        _sample_pods() if pods else (("a cgroup target without a pod", None),)
+    )
+    refused: list[str] = []
+    yielded = 0
+    for what, w in samples:
+        try:
+            text = fn(w, node)
+        except RenderError as exc:
+            if constant:
+                c.add(
+                    path,
+                    f"expression {short(knob['expr'])} fails: {exc.__cause__}",
+                    "it reads neither pod nor node, so it would fail the same way at every tick",
+                )
+                return
+            if isinstance(exc.__cause__, _HOPELESS):
+                c.add(
+                    path,
+                    f"expression {short(knob['expr'])} fails for {what} on a typical node: {exc.__cause__}",
+                    "every tick would skip this value; keep the expression's numbers and strings small",
+                )
+                return
+            continue
+        if text is None or not file:
+            continue
+        yielded += 1
+        bad = value_problem(file, text.strip(), c.node)
+        if bad and (constant or not _is_number(text.strip())):
+            refused.append(bad)
+    if refused and len(refused) == yielded:
+        c.add(
+            path,
+            f"expression {short(knob['expr'])} yields a value {file} refuses: {refused[0]}",
+            "an expression must yield a number (bytes for memory files, cores for CPU files) "
+            "or a text the file takes; it was evaluated on typical pods and node facts",
+        )
 
 
 def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
@@ -261,7 +410,7 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
             c.add((*base, "cpu", key), f'cpu.{key} cannot be "max"', "give a number, percent or expression")
     for section in ("cpu", "memory"):
         for key, knob in (raw.get(section) or {}).items():
-            _check_knob(c, (*base, section, key), knob)
+            _check_knob(c, (*base, section, key), knob, CLASS_EXPR_FILES.get((section, key)), True)
             if (section, key) in CLASS_KNOB_FILES:
                 _check_cgroup_value(c, (*base, section, key), CLASS_KNOB_FILES[section, key], knob)
     resctrl = raw.get("resctrl") or {}
@@ -661,6 +810,10 @@ def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
         window = None
         if "window" in sm:
             window = _duration(c, (*base, "smoothing", "window"), sm["window"])
+            # The smoothing keeps every raw value of the window, in memory and in the state file.
+            too_long = window_problem(window, sm["window"], "the report") if window is not None else None
+            if too_long:
+                c.add((*base, "smoothing", "window"), too_long, WINDOW_HINT)
         policy = str(r.get("policy", "usage"))
         for j, name in enumerate(r.get("requestAsUsage") or ()):
             c.ref((*base, "requestAsUsage", j), name, c.classes, "class")
@@ -795,6 +948,15 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         actions.append(Action(kind, freeze(params or {}), (*apath, kind)))
     limits = raw.get("limits") or {}
     per_window = limits.get("perWindow")
+    if per_window and isinstance(per_window.get("count"), int) and per_window["count"] > MAX_RATE_COUNT:
+        # The engine remembers each firing inside the window (at most ``count`` of them).
+        c.add(
+            (*base, "limits", "perWindow", "count"),
+            f"perWindow count {per_window['count']} is above {MAX_RATE_COUNT}: qosd keeps the time of every "
+            "firing the count allows",
+            f"a rule fires at most once per tick; at most {MAX_RATE_COUNT} firings per window, "
+            "or drop perWindow to leave the rule unlimited",
+        )
     if len(c.problems) != before:
         return None
     return Rule(
@@ -875,7 +1037,7 @@ def _check_action(
             _check_cgroup_path(c, (*p, "target", "path"), "setCgroup target", target["path"])
         literals: dict[str, str] = {}
         for key, knob in (params.get("values") or {}).items():
-            _check_knob(c, (*p, "values", key), knob)
+            _check_knob(c, (*p, "values", key), knob, key, "class" in target)
             text = _check_cgroup_value(c, (*p, "values", key), key, knob)
             if text is not None:
                 literals[key] = text

@@ -21,6 +21,31 @@ ORDER_OPS = ("lt", "lte", "gt", "gte")
 OPS: tuple[str, ...] = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "exists")
 MODIFIERS = ("window", "agg", "hysteresis")
 
+# The longest aggregation window a condition (or a report smoothing window) may ask for. The collector
+# keeps window / interval x 1.5 samples of 16 bytes per fact and per item (engine/sources/collector.py),
+# so the window, not the data, sets what a policy makes the daemon hold: at the default 1 s tick a
+# 15 min window is 21.6 KB per pod and fact (at the 10 ms floor of --interval, 2.2 MB), where a
+# one-year window was 757 MB. The anchors stay well inside it: Koordinator and Katalyst aggregate
+# over seconds to ~15 min, and the kubelet's eviction pressure transition period is 5 min.
+MAX_WINDOW_SECONDS = 900.0
+
+
+def window_problem(seconds: float, written: Any, holder: str = "each pod (or node, container)") -> str | None:
+    """Why a window of ``seconds``, ``written`` so in the file, is refused, or None (MAX_WINDOW_SECONDS)."""
+    if seconds > MAX_WINDOW_SECONDS:
+        return (
+            f"window {short(written)} is longer than the {MAX_WINDOW_SECONDS / 60:g} min qosd keeps "
+            f"history for: {holder} would hold a sample per tick for the whole window"
+        )
+    return None
+
+
+WINDOW_HINT = (
+    f"use a window of at most {MAX_WINDOW_SECONDS / 60:g}m "
+    "(Koordinator and Katalyst use seconds to ~15 min); "
+    "for a slower signal, raise the threshold's `for:` instead, which costs one timestamp"
+)
+
 
 @dataclass(frozen=True)
 class Compare:
@@ -143,6 +168,10 @@ def _parse_fact(
                 window = parse_duration(str(ops["window"]))
             except ValueError as exc:
                 problems.append(Problem(locate((*path, "window")), str(exc)))
+            else:
+                too_long = window_problem(window, ops["window"])
+                if too_long:
+                    problems.append(Problem(locate((*path, "window")), too_long, WINDOW_HINT))
     agg = str(ops.get("agg", "avg" if window else "last"))
     if agg != "last" and window is None and "agg" in ops:
         problems.append(

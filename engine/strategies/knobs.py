@@ -396,7 +396,8 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
                 return None if value is None else str(value)
             return _render_number(file, float(value), formula)
         except Exception as exc:  # a bad expression must not stop the tick
-            raise RenderError(f"expression {knob['expr']!r} failed: {exc}") from None
+            # The cause is kept: validation tells a limit (SecurityError) from a pod-dependent failure.
+            raise RenderError(f"expression {knob['expr']!r} failed: {exc}") from exc
 
     return evaluate
 
