@@ -455,6 +455,13 @@ def _compile(text: str) -> tuple[bool, Any]:
         )
     m = _EXPR_ONLY.match(text)
     try:
+        if any(n.name == "self" for n in ENV.parse(text).find_all(jinja_nodes.Name)):
+            # Jinja's template reference: not a fact, and iterating it fails inside Jinja
+            raise RenderError(
+                "template refers to 'self' (Jinja's reference to the template itself): "
+                "not allowed in rule values",
+                "rule values read facts: node.*, and pod.* in knob expressions",
+            )
         if m:
             return True, ENV.compile_expression(m.group("expr"), undefined_to_none=False)
         return False, ENV.from_string(text)
