@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,12 +234,12 @@ def test_a_failing_operation_is_logged_once_per_target_file_and_reason_with_the_
 ) -> None:
     """First a real kernel refusal over real ticks, then the grouping as a table against a clock."""
     rules = tmp_path / "rules.yaml"
-    # Valid everywhere, refused by this kernel: CPUs this machine does not have.
-    cpus = os.cpu_count() or 1
+    # Valid to validate, refused by this kernel: a CFS quota above the parent's (v1: EINVAL).
+    (tree.dir("cpu") / "cpu.cfs_quota_us").write_text("50000")
     rules.write_text(
-        "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: absent-cpus}\nspec:\n  rules:\n"
-        "    - name: absent-cpus\n      then:\n"
-        f'        - setCgroup: {{target: {{path: {tree.name}/web}}, values: {{cpuset.cpus: "0-{cpus + 63}"}}}}\n'
+        "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: above-parent}\nspec:\n  rules:\n"
+        "    - name: above-parent\n      then:\n"
+        f"        - setCgroup: {{target: {{path: {tree.name}/web}}, values: {{cpu.cfs_quota_us: 200000}}}}\n"
     )
     d = standalone_daemon(tree, tmp_path, "--rules", str(rules))
     for _ in range(3):
@@ -248,7 +247,7 @@ def test_a_failing_operation_is_logged_once_per_target_file_and_reason_with_the_
     (only,) = failed(records)
     assert (
         only["path"] == f"{tree.name}/web"
-        and only["file"] == "cpuset.cpus"
+        and only["file"] == "cpu.cfs_quota_us"
         and only["repeatsSuppressed"] == 0
     )
     assert (
