@@ -1497,7 +1497,10 @@ def test_real_cgroup_v1_usage_is_the_kernels_counter_delta() -> None:
     CPUs), however much CPU the scheduler happened to grant the process meanwhile."""
     with real_subtree(("busy",), sleeper=None) as tree:
         # The child allocates only after it is inside: v1 does not move pages charged before a move.
-        busy = "import sys; sys.stdin.readline(); block = bytearray(8 << 20)\nwhile True: pass"
+        busy = (
+            "import sys; sys.stdin.readline(); block = bytearray(8 << 20); print('allocated', flush=True)\n"
+            "while True: pass"
+        )
         proc = tree.spawn("busy", [sys.executable, "-c", busy], stdin=True)
         assert proc.stdin is not None
         usage = tree.dir("cpuacct", "busy") / "cpuacct.usage"
@@ -1510,6 +1513,8 @@ def test_real_cgroup_v1_usage_is_the_kernels_counter_delta() -> None:
         os.kill(proc.pid, signal.SIGCONT)
         proc.stdin.write(b"go\n")
         proc.stdin.flush()
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"allocated\n"  # charged to the subtree before it is sampled
         for _ in range(1000):  # until the kernel counted some CPU time for it (no figure asked)
             if int(usage.read_text()) > before:
                 break
