@@ -130,3 +130,25 @@ rules:
     assert any("kubepods/besteffort/cpu.idle" in r and "no_such" in r for r in skipped), skipped
     # A well-formed cpuset the node cannot hold (found by the property test on a real v1 cgroup).
     assert any("kubepods/besteffort/cpuset.mems" in r and "does not have" in r for r in skipped), skipped
+
+
+def test_a_burst_above_an_expressions_quota_is_skipped_and_the_quota_written() -> None:
+    """Validate judges a burst only against a literal quota; an expression's quota is known at the
+    tick, where a burst above it (EINVAL from the kernel on every write) is skipped with the reason
+    and the quota still written. Found by the validate-then-run property test on a real v1 cgroup."""
+    rules = """\
+rules:
+  - name: quota-and-burst
+    then:
+      setCgroup:
+        target: {path: kubepods/besteffort}
+        values: {cpu.cfs_quota_us: {expr: "node.cpus * 1000"}, cpu.cfs_burst_us: 2000000000}
+"""
+    result = run_tick(Engine(policy(rules)), snapshot(), EngineState(), Guards())
+    writes = {(op.path, op.file): op.value for op in result.plan.operations if op.kind == "writeCgroup"}
+    assert writes == {("kubepods/besteffort", "cpu.cfs_quota_us"): "1600000000"}
+    skipped = [s.reason for s in result.evaluation.skipped]
+    assert any(
+        "kubepods/besteffort/cpu.cfs_burst_us" in r and "CFS burst 2000000000 us is above the quota 1600000000 us" in r
+        for r in skipped
+    ), skipped

@@ -222,6 +222,23 @@ narrower where the kernel would silently change the value (shares outside [2, 26
 or where a value would not survive translation to the other cgroup version."""
 
 
+def burst_problem(values: Mapping[str, str]) -> str | None:
+    """Why the kernel refuses this CFS burst beside this quota, both written together (sched/core.c:
+    a burst above the quota, or the two above max_cfs_runtime), or None. ``values`` maps file names
+    to the texts to write; a quota that is absent or unlimited (``-1``, ``max``) refuses nothing."""
+    quota_text = values.get("cpu.cfs_quota_us") or values.get("cpu.max", "").split(" ")[0]
+    burst_text = values.get("cpu.cfs_burst_us") or values.get("cpu.max.burst")
+    if burst_text is None or not quota_text.isdigit() or not burst_text.strip().isdigit():
+        return None
+    quota, burst = int(quota_text), int(burst_text)
+    if burst > quota or burst + quota > MAX_CFS_RUNTIME_US:
+        return (
+            f"CFS burst {burst} us is above the quota {quota} us "
+            f"(or the two exceed {MAX_CFS_RUNTIME_US} us)"
+        )
+    return None
+
+
 def value_problem(file: str, text: str, node: NodeInfo | None = None) -> str | None:
     """Why ``text`` cannot be written to the logical ``file``, or None when it can (or when no
     format is known for the file). With ``node``, a cpuset must also stay within the node's CPUs

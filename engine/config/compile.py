@@ -18,7 +18,7 @@ from typing import Any, overload
 from jinja2 import TemplateSyntaxError, meta
 from jinja2.exceptions import SecurityError
 
-from engine.adapters.cgfiles import MAX_CFS_RUNTIME_US, VALUE_FORMATS, value_problem
+from engine.adapters.cgfiles import VALUE_FORMATS, burst_problem, value_problem
 from engine.adapters.cgpaths import cgroup_path_problem
 from engine.config.conditions import (
     ORDER_OPS,
@@ -1119,18 +1119,9 @@ def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, s
     """Values of one setCgroup that the kernel refuses together (sched/core.c): a literal CFS burst
     above a literal quota, or burst + quota above max_cfs_runtime; and any weight next to a cpu.idle
     that may be 1, which pins the weight (every later weight write is EINVAL)."""
-    quota_text = literals.get("cpu.cfs_quota_us") or literals.get("cpu.max", "").split(" ")[0]
-    burst_text = literals.get("cpu.cfs_burst_us") or literals.get("cpu.max.burst")
-    quota = int(quota_text) if quota_text.lstrip("-").isdigit() else -1
-    if burst_text is not None and quota >= 0:
-        burst = int(burst_text)
-        if burst > quota or burst + quota > MAX_CFS_RUNTIME_US:
-            c.add(
-                path,
-                f"CFS burst {burst} us is above the quota {quota} us "
-                f"(or the two exceed {MAX_CFS_RUNTIME_US} us)",
-                "the kernel refuses a burst larger than the quota; lower the burst or raise the quota",
-            )
+    bad = burst_problem(literals)
+    if bad:
+        c.add(path, bad, "the kernel refuses a burst above the quota; lower the burst or raise the quota")
     weight = [f for f in ("cpu.shares", "cpu.weight") if f in files]
     if "cpu.idle" in files and literals.get("cpu.idle") != "0" and weight:
         c.add(

@@ -7,7 +7,7 @@ kube-QoS directory sums that need every pod's configuration (engine/evaluate/cla
 
 from __future__ import annotations
 
-from engine.adapters.cgfiles import value_problem
+from engine.adapters.cgfiles import burst_problem, value_problem
 from engine.config.render import RenderError
 from engine.evaluate.class_knobs import MemoryQosAsk
 from engine.evaluate.context import ActionContext
@@ -40,6 +40,7 @@ def set_cgroup(ctx: ActionContext) -> bool:
     wrote = False
     node = ctx.views.node
     for path, workload in paths:
+        values: dict[str, str] = {}  # file -> the value as the knob gave it
         for file, knob in knobs.items():
             try:
                 value = knob(workload, node)
@@ -52,6 +53,13 @@ def set_cgroup(ctx: ActionContext) -> bool:
             if bad:  # an expression's result; literal values were checked at validation
                 ctx.skip(f"{path}/{file}: {bad}")
                 continue
+            values[file] = value
+        bad = burst_problem({f: v.strip() for f, v in values.items()})
+        if bad:  # an expression's quota beside a burst: only the tick knows both
+            burst_file = "cpu.cfs_burst_us" if "cpu.cfs_burst_us" in values else "cpu.max.burst"
+            ctx.skip(f"{path}/{burst_file}: {bad}")
+            del values[burst_file]
+        for file, value in values.items():
             ctx.tick.intents.append(
                 CgroupIntent(path, file, value, workload.key if workload else None, provenance)
             )
