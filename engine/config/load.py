@@ -245,8 +245,9 @@ def json_loads_bounded(text: str, **kwargs: Any) -> Any:
     )
 
 
-def _json_bracket_at(text: str, level: int) -> int:
-    """Index of the first bracket that opens nesting ``level`` in JSON text (0 if none)."""
+def json_brackets(text: str) -> Iterator[tuple[int, str, int]]:
+    """(index, bracket, level) of each bracket of JSON text outside strings; an opening bracket's
+    level is the one it opens (the root is 1), a closing one's the level it closes."""
     depth, in_string, escaped = 0, False, False
     for i, ch in enumerate(text):
         if in_string:
@@ -260,11 +261,15 @@ def _json_bracket_at(text: str, level: int) -> int:
             in_string = True
         elif ch in "[{":
             depth += 1
-            if depth >= level:
-                return i
+            yield i, ch, depth
         elif ch in "]}":
+            yield i, ch, depth
             depth -= 1
-    return 0
+
+
+def _json_bracket_at(text: str, level: int) -> int:
+    """Index of the first bracket that opens nesting ``level`` in JSON text (0 if none)."""
+    return next((i for i, ch, depth in json_brackets(text) if ch in "[{" and depth >= level), 0)
 
 
 def nesting_problem(doc: Document) -> Problem | None:

@@ -13,6 +13,8 @@ from typing import Any
 import urllib3
 from kubernetes.client.rest import ApiException
 
+from engine.config.load import json_brackets
+
 SMP = "application/strategic-merge-patch+json"
 """What the official client sends for a dict body anyway (its REST layer turns the generated
 default, JSON Patch, into a strategic merge patch when the body is not a list); named explicitly so
@@ -52,28 +54,17 @@ def json_loads_capped(data: bytes | str, limit: int) -> Any:
 def _cut_text(text: str, limit: int) -> str:
     """JSON text with each bracketed value that opens level ``limit + 1`` replaced by [] or {}."""
     pieces: list[str] = []
-    depth, cut_at, last = 0, -1, 0
-    in_string = escaped = False
-    for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth == limit + 1 and cut_at < 0:
+    cut_at, last = -1, 0
+    for i, ch, depth in json_brackets(text):
+        if depth != limit + 1:
+            continue
+        if ch in "[{":
+            if cut_at < 0:
                 cut_at = i
-        elif ch in "]}":
-            if depth == limit + 1 and cut_at >= 0:
-                pieces.append(text[last:cut_at])
-                pieces.append("[]" if text[cut_at] == "[" else "{}")
-                last, cut_at = i + 1, -1
-            depth -= 1
+        elif cut_at >= 0:
+            pieces.append(text[last:cut_at])
+            pieces.append("[]" if text[cut_at] == "[" else "{}")
+            last, cut_at = i + 1, -1
     pieces.append(text[last:])
     return "".join(pieces)
 
