@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, NoReturn
 from engine import __version__, daemon, demo, explain, ruletest, simulate
 from engine.argtypes import integer, profile
 from engine.config.errors import Location, PolicyError, Problem, UsageError
-from engine.config.load import Document, json_path, parse_documents, read_file
+from engine.config.load import MAX_DEPTH, Document, json_brackets, json_path, parse_documents, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels, validate
 from engine.config.schema_check import schema_problems
@@ -173,6 +174,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _state_fault_position(text: str, reason: str) -> tuple[int, int]:
+    """line:col for a state fault the JSON decoder gives no position for: the first NaN/Infinity
+    token, the first bracket nested deeper than a state goes, else the document's first value."""
+    index = -1
+    if "NaN" in reason or "Infinity" in reason:
+        token = re.search(r"-?Infinity|NaN", text)
+        index = token.start() if token else -1
+    elif "nested too deeply" in reason:
+        index = next((i for i, ch, depth in json_brackets(text) if ch in "[{" and depth > MAX_DEPTH), -1)
+    if index < 0:
+        index = len(text) - len(text.lstrip())
+    before = text[:index]
+    return before.count("\n") + 1, index - (before.rfind("\n") + 1) + 1
+
+
 def _eval_state(path: Path) -> EngineState:
     """The state ``--state`` names; a file that is not one is invalid input (exit 1), located at the
     broken JSON's line:col or, for a value the schema refuses, at that value."""
@@ -185,10 +201,14 @@ def _eval_state(path: Path) -> EngineState:
     except CorruptState as exc:
         where = Location(str(path), exc.line, exc.column, json_path(exc.path))
         if not exc.line:
-            with contextlib.suppress(PolicyError, ValueError):  # JSON is YAML: its marks give line:col
-                docs = parse_documents(data.decode("utf-8"), str(path))
-                if docs:
-                    where = docs[0].locate(exc.path)
+            text = data.decode("utf-8", errors="replace")
+            if exc.path:  # a value the schema refused: JSON is YAML, whose marks give its line:col
+                with contextlib.suppress(PolicyError, ValueError):
+                    docs = parse_documents(text, str(path))
+                    if docs:
+                        where = docs[0].locate(exc.path)
+            if not where.line:
+                where = Location(str(path), *_state_fault_position(text, str(exc)), json_path(exc.path))
         raise PolicyError(
             [
                 Problem(

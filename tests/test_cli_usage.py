@@ -183,8 +183,12 @@ def test_other_commands_flag_errors_are_one_line_and_exit_2(argv: list[str], nee
         ("[]", ":1:1:", "not of type 'object'"),
         ('{"state": {"heldSince": {\n  "r": 1,,', ":2:10:", "not JSON"),
         ('{"state": "\xff"}', ":1:12:", "not JSON"),
+        # no position from the decoder: found by the fuzz harness
+        ("null", ":1:1:", "None is not of type 'object'"),
+        ('{"state": {"heldSince": {"r": NaN}}}', ":1:31:", "NaN"),
+        ("[" * 2000 + "]" * 2000, ":1:65:", "nested too deeply"),
     ],
-    ids=["schema", "schema-line-2", "root", "broken-json", "not-utf8"],
+    ids=["schema", "schema-line-2", "root", "broken-json", "not-utf8", "null", "nan", "too-deep"],
 )
 def test_eval_with_a_state_that_is_not_one_is_a_located_error(tmp_path: Path, text: str, where: str, needle: str) -> None:
     """Invalid input (exit 1), located at the broken JSON or the value the schema refuses."""
