@@ -20,15 +20,6 @@ from jinja2.exceptions import SecurityError
 
 from engine.adapters.cgfiles import VALUE_FORMATS, burst_problem, value_problem
 from engine.adapters.cgpaths import cgroup_path_problem
-from engine.config.conditions import (
-    ORDER_OPS,
-    WINDOW_HINT,
-    Condition,
-    comparisons,
-    parse_condition,
-    scope_of,
-    window_problem,
-)
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
@@ -54,12 +45,21 @@ from engine.config.policy import (
     freeze,
 )
 from engine.config.render import ENV, RenderError
+from engine.features.class_knobs.knobs import compile_knob
+from engine.features.eviction.pressure import satisfaction_config_error
+from engine.features.rules.conditions import (
+    ORDER_OPS,
+    WINDOW_HINT,
+    Condition,
+    comparisons,
+    parse_condition,
+    scope_of,
+    window_problem,
+)
 from engine.model.factnames import registry
 from engine.model.facts import Container, Workload
 from engine.model.node import NodeInfo
 from engine.model.units import parse_cpuset, parse_duration, parse_quantity
-from engine.strategies.knobs import compile_knob
-from engine.strategies.pressure import satisfaction_config_error
 
 EXPR_VARIABLES = frozenset({"pod", "container", "node"})
 

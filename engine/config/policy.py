@@ -13,9 +13,9 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Literal
 
-from engine.config.conditions import Condition
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
+from engine.features.rules.conditions import Condition
 
 
 def freeze(value: Any) -> Any:

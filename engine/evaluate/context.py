@@ -1,6 +1,6 @@
 """What a rule's actions see when they run: the tick's working state and one rule's match.
 
-Action handlers (``engine.evaluate.actions``) are small functions of an ``ActionContext``. Keeping the
+Action handlers (``engine.evaluate.handlers``) are small functions of an ``ActionContext``. Keeping the
 context in one place is what lets each strategy live in its own file, as koordlet's qosmanager
 plugins do, while the engine stays the one place that orders rules and owns state.
 """
@@ -12,19 +12,19 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from engine.evaluate.compiler import CompiledRule, observe
 from engine.evaluate.factview import FactViews
 from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
+from engine.features.eviction.strategy import Round
+from engine.features.pools.strategy import PoolPlan
+from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
+from engine.features.rules.compiler import CompiledRule, observe
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance
-from engine.strategies.eviction import Round
-from engine.strategies.pools import PoolPlan
-from engine.strategies.reclaim import NOTHING_PUBLISHED, Published, ReportHistory
 
 if TYPE_CHECKING:
-    from engine.evaluate.class_knobs import MemoryQosAsk
     from engine.evaluate.engine import Engine
-    from engine.evaluate.resctrl_step import ResctrlAsk
+    from engine.features.class_knobs.step import MemoryQosAsk
+    from engine.features.resctrl.step import ResctrlAsk
 
 Match = tuple[str | None, Any, Workload | None, bool]  # (item key, item facts, workload, latched)
 

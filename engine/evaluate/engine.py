@@ -17,24 +17,24 @@ from itertools import compress, islice
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from engine.config.conditions import comparisons
 from engine.config.policy import Policy
-from engine.evaluate.actions import HANDLERS
-from engine.evaluate.class_knobs import ClassKnobStep, PodOomPriority
 from engine.evaluate.classify import Classifier
-from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key
 from engine.evaluate.context import ActionContext, Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ScopeItems, same_workloads
-from engine.evaluate.pools import PoolStep
-from engine.evaluate.pressure_step import PressureStep
-from engine.evaluate.publish_gate import gate_publishes
-from engine.evaluate.resctrl_step import ResctrlStep
+from engine.evaluate.handlers import HANDLERS
 from engine.evaluate.state import EngineState, Evicting, item_key
+from engine.features.class_knobs.knobs import KnobFn
+from engine.features.class_knobs.step import ClassKnobStep, PodOomPriority
+from engine.features.eviction.step import PressureStep
+from engine.features.pools.step import PoolStep
+from engine.features.pools.strategy import PoolPlan
+from engine.features.reclaim.gate import gate_publishes
+from engine.features.resctrl.step import ResctrlStep
+from engine.features.rules.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key
+from engine.features.rules.conditions import comparisons
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent
 from engine.model.units import parse_duration
-from engine.strategies.knobs import KnobFn
-from engine.strategies.pools import PoolPlan
 
 USE_FACTS = {
     "cpu": ("cpu.usage_cores", "cpu.request_cores"),
@@ -59,7 +59,7 @@ def make_backend(name: str, policy: Policy, rules: tuple[CompiledRule, ...]) -> 
         return PythonBackend(rules)
     if name == "durable":
         # Imported on demand: durable-rules is an optional extra (Python < 3.13 only).
-        durable = importlib.import_module("engine.evaluate.durable")
+        durable = importlib.import_module("engine.features.rules.durable")
         backend: Backend = durable.DurableBackend(policy, rules)
         return backend
     raise ValueError(f"unknown backend {name!r}; use python or durable")

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from engine.evaluate.actions.cgroup import set_cgroup
-from engine.evaluate.actions.evict import evict
-from engine.evaluate.actions.memory_guard import memory_guard_action
-from engine.evaluate.actions.node import node_signal
-from engine.evaluate.actions.publish import publish
-from engine.evaluate.actions.resctrl import set_resctrl
-from engine.evaluate.actions.suppress import suppress
 from engine.evaluate.context import ActionContext
+from engine.features.class_knobs.action import set_cgroup
+from engine.features.eviction.action import evict
+from engine.features.memory_qos.guard import memory_guard_action
+from engine.features.reclaim.action import publish
+from engine.features.resctrl.action import set_resctrl
+from engine.features.rules.node_signal import node_signal
+from engine.features.suppress.action import suppress
 
 Handler = Callable[[ActionContext], bool]
 

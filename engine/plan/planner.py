@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.policy import Policy
+from engine.features.resctrl.strategy import changed_lines
 from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, ResctrlIntent
 from engine.model.operations import (
     AssignTasks,
@@ -27,7 +28,6 @@ from engine.model.operations import (
     WriteSchemata,
 )
 from engine.plan.cgroups import Desired, order_writes
-from engine.strategies.resctrl import changed_lines
 
 
 @dataclass(frozen=True)

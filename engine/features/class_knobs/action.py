@@ -2,18 +2,18 @@
 
 Share counts become cpu.weight by the policy's spec.cgroup.weightFormula. ``memoryQos`` is only
 recorded here (``Tick.memory_qos``): the class-knob step computes it after the rules, with the
-kube-QoS directory sums that need every pod's configuration (engine/evaluate/class_knobs.py).
+kube-QoS directory sums that need every pod's configuration (engine/features/class_knobs/step.py).
 """
 
 from __future__ import annotations
 
 from engine.adapters.cgfiles import burst_problem, value_problem
 from engine.config.render import RenderError
-from engine.evaluate.class_knobs import MemoryQosAsk
 from engine.evaluate.context import ActionContext
+from engine.features.class_knobs.knobs import compile_knob
+from engine.features.class_knobs.step import MemoryQosAsk
 from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent
-from engine.strategies.knobs import compile_knob
 
 
 def set_cgroup(ctx: ActionContext) -> bool:

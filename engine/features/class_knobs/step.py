@@ -33,7 +33,7 @@ Where a knob reads more than the pod and its container (an expression; node allo
 container's current CFS quota for Katalyst's static burst), that input is part of the cache key or
 the knob is evaluated every tick; everything else is computed once per pod object per generation.
 
-Memory QoS is Koordinator's CgroupReconcile (strategies/memory_qos.py): pod-level memory.min/low
+Memory QoS is Koordinator's CgroupReconcile (features/memory_qos/strategy.py): pod-level memory.min/low
 from the pod's request, container-level min/low/high from each container's request and limit, and
 the kube-QoS directories (kubepods, its burstable and besteffort children) get the sums of their
 pods' terms, because on cgroup v2 a child's protection is bounded by its parent's. A ``setCgroup``
@@ -60,10 +60,7 @@ from engine.config.render import RenderError
 from engine.evaluate.classify import Classified, Classifier
 from engine.evaluate.context import Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, same_workloads
-from engine.model.facts import Container, Snapshot, Workload
-from engine.model.intents import CgroupIntent, Provenance
-from engine.model.units import int_or_none
-from engine.strategies.knobs import (
+from engine.features.class_knobs.knobs import (
     DEFAULT_WEIGHT_FORMULA,
     IGNORE_OOM_PRIORITY,
     PERIOD_US,
@@ -78,13 +75,16 @@ from engine.strategies.knobs import (
     milli_cpu_to_quota,
     weight_to_shares,
 )
-from engine.strategies.memory_qos import (
+from engine.features.memory_qos.strategy import (
     MemoryQOSConfig,
     PodMemoryInput,
     container_memory_qos,
     kube_qos_memory_qos,
     pod_memory_qos,
 )
+from engine.model.facts import Container, Snapshot, Workload
+from engine.model.intents import CgroupIntent, Provenance
+from engine.model.units import int_or_none
 
 RULE = "classes"  # the provenance name of class-declared knobs (not a rule the policy can name)
 

@@ -1,6 +1,6 @@
 """evict: victims of one rule, ranked, with release accounting shared by every rule of the round.
 
-An optional ``trigger`` (see ``engine.strategies.eviction``) is computed here from the tick's facts,
+An optional ``trigger`` (see ``engine.features.eviction.strategy``) is computed here from the tick's facts,
 the pool plan and the engine state: this file gathers its inputs, the strategy decides.
 """
 
@@ -13,10 +13,17 @@ from typing import Any
 
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
-from engine.model.facts import EMPTY, Workload, window_key
-from engine.model.intents import EvictIntent
-from engine.model.units import parse_duration
-from engine.strategies.eviction import (
+from engine.features.eviction.pressure import (
+    DEFAULT_RSS_OVERUSE_THRESHOLD,
+    MEMORY_ENHANCEMENT,
+    RECLAIMED_MILLICPU,
+    BeCpu,
+    MetType,
+    be_allocatable_milli,
+    be_real_limit_milli,
+    reclaimed_overcommit,
+)
+from engine.features.eviction.strategy import (
     DEFAULT_PHASES,
     Candidate,
     TriggerResult,
@@ -27,17 +34,10 @@ from engine.strategies.eviction import (
     satisfaction_trigger,
     tolerance_trigger,
 )
-from engine.strategies.pressure import (
-    DEFAULT_RSS_OVERUSE_THRESHOLD,
-    MEMORY_ENHANCEMENT,
-    RECLAIMED_MILLICPU,
-    BeCpu,
-    MetType,
-    be_allocatable_milli,
-    be_real_limit_milli,
-    reclaimed_overcommit,
-)
-from engine.strategies.suppress import CFS_PERIOD_US, UNSET_QUOTA, ReclaimPoolSupply
+from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA, ReclaimPoolSupply
+from engine.model.facts import EMPTY, Workload, window_key
+from engine.model.intents import EvictIntent
+from engine.model.units import parse_duration
 
 RSS_THRESHOLD_EFFECT = "eviction.rssOveruseThreshold"
 TOLERANCE_EFFECT = "eviction.suppressionToleranceRate"

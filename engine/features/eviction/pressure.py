@@ -7,7 +7,7 @@ frozen state dataclasses with ``to_dict``/``from_dict``, so the engine keeps the
 state and a restart resumes where it stopped. Each decision carries the terms that produced it, for
 provenance and ``qosd explain``.
 
-Victim ranking and the release bookkeeping across a round live in ``engine.strategies.eviction``;
+Victim ranking and the release bookkeeping across a round live in ``engine.features.eviction.strategy``;
 the functions here only say whether a trigger fires, how strongly, and how much to release.
 """
 
@@ -593,7 +593,7 @@ def memory_usage_release(
 ) -> UsageRelease | None:
     """Koordinator's MemoryEvict: bytes truncated to an integer, then the same integer arithmetic.
 
-    ``engine.strategies.eviction.release_target`` computes the same target on the rule path in float
+    ``engine.features.eviction.strategy.release_target`` computes the same target on the rule path in float
     (no final truncation, no threshold gate); this is the anchor's exact integer form.
     """
     return usage_release(int(used_bytes), capacity_bytes, threshold_percent, lower_percent)

@@ -2,7 +2,7 @@
 
 Both anchors' memory plugins remember something between rounds (a counter per NUMA node, the time
 PSI pressure started), which a condition over one snapshot cannot express. This step runs once per
-tick, before any condition: it feeds the pure step functions of ``engine.strategies.pressure`` with
+tick, before any condition: it feeds the pure step functions of ``engine.features.eviction.pressure`` with
 this tick's facts and the engine state, keeps their state in ``EngineState.pressure`` (so a restart
 resumes the counter), and publishes the decisions as ordinary facts that rules test:
 
@@ -22,12 +22,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from engine.config.conditions import comparisons
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ItemFacts
 from engine.evaluate.state import NumaCounter, PressureState
-from engine.strategies.pressure import (
+from engine.features.eviction.pressure import (
     Action,
     NumaCounterParams,
     NumaCounterState,
@@ -41,6 +40,7 @@ from engine.strategies.pressure import (
     system_watermark_pressure,
     zoneinfo_watermarks,
 )
+from engine.features.rules.conditions import comparisons
 
 if TYPE_CHECKING:
     from engine.evaluate.context import Tick

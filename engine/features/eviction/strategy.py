@@ -24,10 +24,7 @@ from typing import Any
 
 from engine.config.policy import QoSClass
 from engine.evaluate.factview import ItemFacts
-from engine.model.facts import Workload
-from engine.model.intents import Release
-from engine.model.units import parse_quantity
-from engine.strategies.pressure import (
+from engine.features.eviction.pressure import (
     MEMORY_ENHANCEMENT,
     BeCpu,
     MetType,
@@ -36,12 +33,15 @@ from engine.strategies.pressure import (
     reclaimed_overcommit,
     rss_overuse,
 )
-from engine.strategies.suppress import (
+from engine.features.suppress.strategy import (
     ReclaimedPod,
     ReclaimPoolSupply,
     ToleranceCheck,
     suppression_eviction_step,
 )
+from engine.model.facts import Workload
+from engine.model.intents import Release
+from engine.model.units import parse_quantity
 
 DEFAULT_ORDER = ("class", "priority", "-memory.usage")
 DEFAULT_PHASES = ("Running", "Pending")

@@ -15,9 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.evaluate.context import ActionContext
-from engine.model.intents import CgroupIntent
-from engine.model.units import parse_quantity
-from engine.strategies.memory_qos import (
+from engine.features.memory_qos.strategy import (
     CRITICAL_WATERMARK_SCALE_FACTOR,
     MIN_CRITICAL_WATERMARK,
     PAGE_SIZE,
@@ -26,6 +24,8 @@ from engine.strategies.memory_qos import (
     ZoneInfo,
     memory_guard,
 )
+from engine.model.intents import CgroupIntent
+from engine.model.units import parse_quantity
 
 DEFAULT_RECLAIM_ROOT = "kubepods/besteffort"  # katalyst: reclaimed relative root cgroup path
 

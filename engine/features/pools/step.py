@@ -23,11 +23,11 @@ from typing import Any
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
 from engine.evaluate.factview import ACTIVE_PHASES, same_workloads
+from engine.features.pools.cpuset import CpuDetails
+from engine.features.pools.strategy import CpuDemand, Key, PoolPlan, PoolSpec, allocate
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
 from engine.model.units import format_cpuset, int_or_none, parse_cpuset
-from engine.strategies.cpuset import CpuDetails
-from engine.strategies.pools import CpuDemand, Key, PoolPlan, PoolSpec, allocate
 
 RULE = "pools"  # the provenance name of pool intents (not a rule the policy can name)
 NO_FILES: Mapping[str, str] = MappingProxyType({})

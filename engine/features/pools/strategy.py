@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from engine.config.policy import Pool
-from engine.model.units import format_cpuset
-from engine.strategies.cpuset import (
+from engine.features.pools.cpuset import (
     EMPTY_CPUS,
     CpuDetails,
     CpuSet,
@@ -45,6 +44,7 @@ from engine.strategies.cpuset import (
     take_evenly_across_numas,
     take_packed,
 )
+from engine.model.units import format_cpuset
 
 NUMA_INFIX = "-NUMA"  # katalyst commonstate.NUMAPoolInfix
 SNB_RATIO = 2.0  # katalyst CPUIncrRatioSharedCoresNUMABinding, used when no per-NUMA spec says otherwise

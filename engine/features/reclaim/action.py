@@ -19,10 +19,8 @@ from typing import Any
 from engine.config.policy import Policy, ReclaimResource
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import ACTIVE_PHASES
-from engine.model.facts import EMPTY
-from engine.model.intents import NodeIntent
-from engine.strategies.headroom import DEDICATED_CORES, RECLAIMED_CORES, SHARED_CORES, SYSTEM_CORES
-from engine.strategies.reclaim import (
+from engine.features.reclaim.headroom import DEDICATED_CORES, RECLAIMED_CORES, SHARED_CORES, SYSTEM_CORES
+from engine.features.reclaim.strategy import (
     Demand,
     PodUse,
     Reclaimable,
@@ -31,6 +29,8 @@ from engine.strategies.reclaim import (
     reclaimable,
     report,
 )
+from engine.model.facts import EMPTY
+from engine.model.intents import NodeIntent
 
 USE_FACTS = {
     "cpu": ("cpu.usage_cores", "cpu.request_cores"),

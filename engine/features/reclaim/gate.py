@@ -22,8 +22,8 @@ from types import MappingProxyType
 
 from engine.config.policy import ReclaimUpdate
 from engine.evaluate.context import Tick
+from engine.features.reclaim.strategy import Published, update_due
 from engine.model.intents import NodeIntent
-from engine.strategies.reclaim import Published, update_due
 
 
 def gate_publishes(update: ReclaimUpdate | None, t: Tick) -> None:

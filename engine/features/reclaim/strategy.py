@@ -28,7 +28,7 @@ Katalyst (sysadvisor canonical headroom; katalyst.md sections 2.4, 4.1, 4.2), th
                  capacity - reservedForAllocate)
              estimate = (rss + cache + shmem) x 1.1 (system containers: rss), 8 GiB when none
 
-with Katalyst's util-based variants when enabled (``engine.strategies.headroom``).
+with Katalyst's util-based variants when enabled (``engine.features.reclaim.headroom``).
 
 Either result then goes through ``report``: Katalyst's reporter smoothing and floors. Stale
 metrics (older than degradeAfter) withdraw the resource, as Koordinator's degradation does.
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config.policy import ReclaimHeadroom, ReclaimResource
-from engine.strategies.headroom import (
+from engine.features.reclaim.headroom import (
     DEDICATED_CORES,
     SHARED_CORES,
     SYSTEM_CORES,

@@ -2,7 +2,7 @@
 
 The action only records what it asks (``Tick.resctrl``). Groups share the node's few CLOSIDs, so
 whether a group fits depends on every group asked for in the tick: the resctrl step plans them
-together after the rules (``engine.evaluate.resctrl_step``), merges them with the classes'
+together after the rules (``engine.features.resctrl.step``), merges them with the classes'
 ``resctrl`` declarations (the rule wins for its group) and emits the intents.
 
 The group defaults to the class's declared ``resctrl.group``, else the class name, so a rule that
@@ -13,8 +13,8 @@ as a whole, whatever the rule's scope: resctrl groups are per class, not per pod
 from __future__ import annotations
 
 from engine.evaluate.context import ActionContext
-from engine.evaluate.resctrl_step import ResctrlAsk, declared_group, percent_range
-from engine.strategies.resctrl import GroupRequest
+from engine.features.resctrl.step import ResctrlAsk, declared_group, percent_range
+from engine.features.resctrl.strategy import GroupRequest
 
 
 def set_resctrl(ctx: ActionContext) -> bool:

@@ -4,7 +4,7 @@ A node has few CLOSIDs (often 16, 8 with MBA, half that with CDP), and every con
 one. Whether a group fits therefore depends on all the groups asked for in the tick, so neither
 a class declaration nor a ``setResctrl`` action creates a group by itself: actions only record
 what they ask (``Tick.resctrl``), and this step, after the rules, puts every request of the tick
-through one :func:`~engine.strategies.resctrl.plan_groups`. Groups that do not fit are reported
+through one :func:`~engine.features.resctrl.strategy.plan_groups`. Groups that do not fit are reported
 one by one, with the reason, and the others still apply.
 
 Precedence, when a rule and a class declaration name the same group: the rule's settings win,
@@ -31,9 +31,7 @@ from engine.config.policy import Policy, QoSClass
 from engine.evaluate.classify import Classifier
 from engine.evaluate.context import Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES
-from engine.model.facts import Snapshot, Workload
-from engine.model.intents import Provenance, ResctrlIntent
-from engine.strategies.resctrl import (
+from engine.features.resctrl.strategy import (
     ROOT_GROUP,
     Capabilities,
     GroupPlan,
@@ -43,6 +41,8 @@ from engine.strategies.resctrl import (
     ResctrlError,
     plan_groups,
 )
+from engine.model.facts import Snapshot, Workload
+from engine.model.intents import Provenance, ResctrlIntent
 
 RULE = "resctrl"  # the provenance name of class-declared groups and of the step's notes
 

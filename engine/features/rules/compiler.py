@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.conditions import AllOf, Compare, Condition, Not, comparisons
 from engine.config.policy import Policy, Rule
 from engine.evaluate.factview import RATIOS, Row
+from engine.features.rules.conditions import AllOf, Compare, Condition, Not, comparisons
 from engine.model.facts import window_key
 from engine.model.intents import Observation
 

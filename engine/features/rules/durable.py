@@ -93,10 +93,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config.conditions import AllOf, Compare, Condition, Not, comparisons
 from engine.config.policy import Policy
-from engine.evaluate.compiler import Call, CompiledRule, fact_key, relaxed, source_var
 from engine.evaluate.factview import read
+from engine.features.rules.compiler import Call, CompiledRule, fact_key, relaxed, source_var
+from engine.features.rules.conditions import AllOf, Compare, Condition, Not, comparisons
 
 INSTALL_HINT = "durable-rules is not installed: pip install 'qosd[durable]' (Python < 3.13)"
 FALLBACK_HINT = "switch this node to the default evaluator (evaluator: python, or --backend python)"
@@ -493,7 +493,7 @@ def _write_frame(fd: int, data: bytes) -> None:
 
 
 def worker_main(argv: list[str]) -> int:
-    """The worker process: ``python -c 'from engine.evaluate.durable import worker_main; ...' RFD WFD``.
+    """The worker process: ``python -c 'from engine.features.rules.durable import worker_main; ...' RFD WFD``.
 
     Started by ``DurableBackend`` only. It registers one ruleset, then answers one batch of events per
     request until the parent closes the pipe (its own death included) or sends ``Q``."""
@@ -609,7 +609,7 @@ def _stop_process(process: subprocess.Popen[bytes], fds: list[int], grace: float
 
 
 _WORKER_COMMAND = (
-    "import sys; from engine.evaluate.durable import worker_main; sys.exit(worker_main(sys.argv[1:]))"
+    "import sys; from engine.features.rules.durable import worker_main; sys.exit(worker_main(sys.argv[1:]))"
 )
 
 

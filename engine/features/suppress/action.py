@@ -14,10 +14,8 @@ from types import MappingProxyType
 
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import ACTIVE_PHASES
-from engine.evaluate.pools import pool_cpus
-from engine.model.intents import CgroupIntent
-from engine.model.units import format_cpuset, parse_cpuset
-from engine.strategies.suppress import (
+from engine.features.pools.step import pool_cpus
+from engine.features.suppress.strategy import (
     UNSET_QUOTA,
     SuppressUsage,
     UsageSample,
@@ -25,6 +23,8 @@ from engine.strategies.suppress import (
     suppress_cfs_quota,
     suppress_cpuset,
 )
+from engine.model.intents import CgroupIntent
+from engine.model.units import format_cpuset, parse_cpuset
 
 DEFAULT_CGROUP = "kubepods/besteffort"
 EMPTY: Mapping[str, float] = MappingProxyType({})

@@ -1,5 +1,5 @@
 """Class-level cgroup knobs, memory QoS and OOM priority wired into the engine
-(engine/evaluate/class_knobs.py), the weight formula selectable in YAML, the memoryGuard action and
+(engine/features/class_knobs/step.py), the weight formula selectable in YAML, the memoryGuard action and
 the cpu.idle write order.
 
 Anchors, by test:
@@ -31,9 +31,9 @@ import pytest
 
 from engine.config.errors import PolicyError
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents
-from engine.evaluate.class_knobs import kube_qos_dirs
 from engine.evaluate.engine import Engine, Evaluation
 from engine.evaluate.state import EngineState
+from engine.features.class_knobs.step import kube_qos_dirs
 from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import CgroupIntent
 from engine.output import format_table

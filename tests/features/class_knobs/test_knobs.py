@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents
 from engine.config.policy import OomPriority, QoSClass
-from engine.model.facts import Container, Workload
-from engine.strategies import knobs
-from engine.strategies.knobs import (
+from engine.features.class_knobs import knobs
+from engine.features.class_knobs.knobs import (
     KATALYST_OOM_BANDS,
     SPECIAL_OOM_PRIORITIES,
     WEIGHT_FORMULAS,
@@ -35,6 +34,7 @@ from engine.strategies.knobs import (
     shares_to_weight,
     weight_to_shares,
 )
+from engine.model.facts import Container, Workload
 
 # --- cpu.shares <-> cpu.weight ------------------------------------------------------------------
 

@@ -25,15 +25,15 @@ from engine.config.pipeline import build_policy, load_documents
 from engine.config.policy import Policy
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
+from engine.features.reclaim.strategy import ReportHistory
 from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import EvictIntent
 from engine.plan.planner import Guards
-from engine.strategies.reclaim import ReportHistory
 from engine.tick import TickResult, run_tick
 from tests.builders import GiB, snapshot
 from tests.conftest import policy_text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 T0 = 1_700_000_000.0
 RECLAIMED_MILLICPU = "resource.katalyst.kubewharf.io/reclaimed_millicpu"
 RECLAIMED_MEMORY = "resource.katalyst.kubewharf.io/reclaimed_memory"

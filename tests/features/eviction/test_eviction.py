@@ -16,7 +16,7 @@ import pytest
 from engine.config.errors import Location
 from engine.config.policy import OomPriority, QoSClass
 from engine.evaluate.factview import ItemFacts
-from engine.strategies.eviction import Candidate, Round, choose, eligible, rank
+from engine.features.eviction.strategy import Candidate, Round, choose, eligible, rank
 from tests.builders import GiB, pod
 
 

@@ -12,9 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.model.facts import Container, Workload
-from engine.strategies.eviction import release_target
-from engine.strategies.pressure import (
+from engine.features.eviction.pressure import (
     RECLAIMED_MILLICPU,
     Action,
     BeCpu,
@@ -47,6 +45,8 @@ from engine.strategies.pressure import (
     victim_numa,
     zoneinfo_watermarks,
 )
+from engine.features.eviction.strategy import release_target
+from engine.model.facts import Container, Workload
 
 N, R, E = Action.NOOP, Action.RECLAIMED_EVICTION, Action.EVICTION
 

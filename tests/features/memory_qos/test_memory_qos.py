@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import pytest
 
-from engine.strategies.memory_qos import (
+from engine.features.memory_qos.strategy import (
     GO_MAX_INT64,
     GuardLimit,
     GuardParams,

@@ -1,4 +1,4 @@
-"""Topology-aware CPU taking (engine.strategies.cpuset) against Katalyst's calculator.
+"""Topology-aware CPU taking (engine.features.pools.cpuset) against Katalyst's calculator.
 
 Table rows re-express katalyst-core's numbers (``dynamicpolicy/calculator/cpu_assignment_test.go``
 and the cpusets that ``dynamicpolicy/policy_test.go`` TestAllocate expects from the reserve and
@@ -13,9 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.model.facts import Cpu, Topology
-from engine.model.units import format_cpuset, parse_cpuset
-from engine.strategies.cpuset import (
+from engine.features.pools.cpuset import (
     CpuDetails,
     cpu_precise_ceil,
     take_by_numa_balance,
@@ -24,6 +22,8 @@ from engine.strategies.cpuset import (
     take_full_cores_on_numa,
     take_packed,
 )
+from engine.model.facts import Cpu, Topology
+from engine.model.units import format_cpuset, parse_cpuset
 
 
 def katalyst_dummy(cpu_num: int, socket_num: int, numa_num: int) -> Topology:

@@ -1,4 +1,4 @@
-"""Pool sizing and placement (engine.strategies.pools) against Katalyst's request-based path.
+"""Pool sizing and placement (engine.features.pools.strategy) against Katalyst's request-based path.
 
 Anchors: katalyst-core ``dynamicpolicy/policy_test.go`` TestAllocate (its cpusets on the dummy
 16-CPU / 2-socket / 4-NUMA node) and ``generatePoolsAndIsolation`` / ``getProportionalPoolsQuantityMap``
@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents
+from engine.features.pools.cpuset import CpuDetails
+from engine.features.pools.strategy import CpuDemand, PoolPlan, PoolSpec, allocate, proportional_sizes
 from engine.model.facts import Cpu, Topology
 from engine.model.units import format_cpuset, parse_cpuset
-from engine.strategies.cpuset import CpuDetails
-from engine.strategies.pools import CpuDemand, PoolPlan, PoolSpec, allocate, proportional_sizes
-from tests.test_cpuset import katalyst_dummy
+from tests.features.pools.test_cpuset import katalyst_dummy
 
 # CPU i: NUMA i//4, core i//2, socket i//8 (2 threads per core, 2 NUMA nodes per socket).
 D16 = CpuDetails.of(

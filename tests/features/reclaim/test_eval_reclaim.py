@@ -1,4 +1,4 @@
-"""Reclaimed resources through the engine: the publish action (engine/evaluate/actions/publish.py),
+"""Reclaimed resources through the engine: the publish action (engine/features/reclaim/action.py),
 what it reads from a snapshot, its state across ticks, the operation it plans, the policy checks
 of spec.reclaim and the bundled policies' reclaim sections.
 

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from engine.config.policy import ReclaimResource
-from engine.strategies.headroom import (
+from engine.features.reclaim.headroom import (
     CPU_FALLBACK_CORES,
     DEDICATED_CORES,
     MEMORY_FALLBACK_BYTES,
@@ -34,7 +34,7 @@ from engine.strategies.headroom import (
     reclaimed_cores_supply,
     util_based_cpu_headroom,
 )
-from engine.strategies.reclaim import ReportHistory, report
+from engine.features.reclaim.strategy import ReportHistory, report
 
 GiB = 1 << 30
 

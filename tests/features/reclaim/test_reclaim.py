@@ -1,5 +1,5 @@
 """Reclaimed resources: Koordinator's batch-resource formulas, Katalyst's canonical headroom and the
-reporter (engine/strategies/reclaim.py).
+reporter (engine/features/reclaim/strategy.py).
 
 Koordinator oracle numbers are TestPluginCalculate in koordinator-sh/koordinator a7a1b76,
 pkg/slo-controller/noderesource/plugins/batchresource/plugin_test.go: a 100-core / 120G node with
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config.policy import ReclaimHeadroom, ReclaimResource
-from engine.strategies.headroom import DEDICATED_CORES, SHARED_CORES, SYSTEM_CORES
-from engine.strategies.reclaim import (
+from engine.features.reclaim.headroom import DEDICATED_CORES, SHARED_CORES, SYSTEM_CORES
+from engine.features.reclaim.strategy import (
     NOTHING_PUBLISHED,
     Demand,
     PodUse,
@@ -560,6 +560,6 @@ def test_gate_bounds_staleness(
 )
 def test_formula_figures_of_non_finite_values_are_shown_not_raised(value: float, text: str) -> None:
     """Issue 14: round(inf) raised OverflowError in the middle of a tick's publish step."""
-    from engine.strategies.reclaim import _num
+    from engine.features.reclaim.strategy import _num
 
     assert _num(value) == text

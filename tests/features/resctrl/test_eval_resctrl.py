@@ -1,5 +1,5 @@
 """resctrl wired into the engine: the setResctrl action, class-level ``resctrl`` and the step that
-plans every group of a tick against the node's CLOSIDs (engine/evaluate/resctrl_step.py).
+plans every group of a tick against the node's CLOSIDs (engine/features/resctrl/step.py).
 
 Mask and bandwidth numbers are Koordinator's (koordinator.md §3.6): ``CalculateCatL3MaskValue`` in
 ``pkg/koordlet/util/system/resctrl.go`` (its comment works cbm 0x7ff, 0-30% -> 0xf and 10-50% ->
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from engine.evaluate import resctrl_step
 from engine.evaluate.engine import Engine, Evaluation
-from engine.evaluate.resctrl_step import task_cgroups
 from engine.evaluate.state import EngineState
+from engine.features.resctrl import step as resctrl_step
+from engine.features.resctrl.step import task_cgroups
 from engine.model.facts import Container, ResctrlInfo, Snapshot, Workload
 from engine.model.intents import ResctrlIntent
 from engine.model.operations import AssignTasks, CreateResctrlGroup, WriteSchemata

@@ -19,8 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.model.facts import ResctrlInfo
-from engine.strategies.resctrl import (
+from engine.features.resctrl.strategy import (
     Capabilities,
     GroupRequest,
     ResctrlError,
@@ -36,6 +35,7 @@ from engine.strategies.resctrl import (
     parse_schemata,
     plan_groups,
 )
+from engine.model.facts import ResctrlInfo
 
 # ---------------------------------------------------------------- L3 CBM
 

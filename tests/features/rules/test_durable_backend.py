@@ -30,15 +30,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.config.conditions import AllOf, AnyOf, Compare, Condition, Not, comparisons
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents
 from engine.config.policy import Policy
-from engine.evaluate import durable
-from engine.evaluate.compiler import PythonBackend, compile_rules, fact_key, relaxed
-from engine.evaluate.durable import INSTALL_HINT, DurableBackend, DurableBackendError, translate
 from engine.evaluate.engine import Engine
 from engine.evaluate.factview import Row
 from engine.evaluate.state import EngineState
+from engine.features.rules import durable
+from engine.features.rules.compiler import PythonBackend, compile_rules, fact_key, relaxed
+from engine.features.rules.conditions import AllOf, AnyOf, Compare, Condition, Not, comparisons
+from engine.features.rules.durable import INSTALL_HINT, DurableBackend, DurableBackendError, translate
 from engine.model.factnames import FactSpec, registry
 from engine.model.facts import Container, Cpu, Metrics, Snapshot, Topology, Workload
 from engine.model.node import NodeInfo

@@ -12,9 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.model.facts import Cpu, Topology
-from engine.model.units import parse_cpuset
-from engine.strategies.suppress import (
+from engine.features.suppress.strategy import (
     ReclaimedPod,
     ReclaimPoolSupply,
     SuppressUsage,
@@ -27,6 +25,8 @@ from engine.strategies.suppress import (
     suppress_cpuset,
     suppression_eviction_step,
 )
+from engine.model.facts import Cpu, Topology
+from engine.model.units import parse_cpuset
 
 
 def cpus(*rows: tuple[int, int, int, int]) -> tuple[Cpu, ...]:
