@@ -21,10 +21,10 @@ def set_cgroup(ctx: ActionContext) -> bool:
     asked = _memory_qos(ctx)
     if "values" not in ctx.params:
         return asked
-    cache = ctx.engine.knob_cache
+    cache = ctx.env.knob_cache
     knobs = cache.get(ctx.name)
     if knobs is None:
-        formula = ctx.engine.policy.weight_formula
+        formula = ctx.env.policy.weight_formula
         knobs = cache[ctx.name] = {
             f: compile_knob(f, k, weight_formula=formula) for f, k in ctx.params["values"].items()
         }
@@ -75,9 +75,8 @@ def _memory_qos(ctx: ActionContext) -> bool:
     class_name = str(ctx.params["target"]["class"])
     if not ctx.class_members(class_name):
         return False
-    step = ctx.engine.class_knob_step
     provenance = ctx.first_provenance({"target": {"class": class_name}})
     ctx.tick.memory_qos.append(
-        MemoryQosAsk(ctx.name, class_name, step.memory_qos_of(ctx.name, raw), provenance)
+        MemoryQosAsk(ctx.name, class_name, ctx.env.memory_qos_of(ctx.name, raw), provenance)
     )
     return True

@@ -59,7 +59,7 @@ from engine.config.policy import Policy, QoSClass
 from engine.config.render import RenderError
 from engine.evaluate.classify import Classified, Classifier
 from engine.evaluate.context import Skipped, Tick
-from engine.evaluate.factview import ACTIVE_PHASES, same_workloads
+from engine.evaluate.factview import ACTIVE_PHASES, FactViews, same_workloads
 from engine.features.class_knobs.knobs import (
     DEFAULT_WEIGHT_FORMULA,
     IGNORE_OOM_PRIORITY,
@@ -395,6 +395,12 @@ class ClassKnobStep:
         if plan is None:
             plan = self._plans[key] = _compile_plan(cls, version, self.formula)
         return plan
+
+    def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        """Nothing: class knobs hold after the rules, so a rule's setCgroup of the same file wins."""
+
+    def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        t.oom_priorities = self.run(snap, views.node, t)
 
     def run(self, snap: Snapshot, node: Mapping[str, Any], t: Tick) -> tuple[PodOomPriority, ...]:
         """Append this tick's class-knob intents and notes; return every active pod's OOM priority."""

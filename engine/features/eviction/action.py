@@ -44,8 +44,8 @@ TOLERANCE_EFFECT = "eviction.suppressionToleranceRate"
 
 
 def candidate(ctx: ActionContext, w: Workload) -> Candidate:
-    name = ctx.engine.classifier.classify(w).class_name
-    return Candidate(w, ctx.views.pod(w), ctx.engine.policy.class_index.get(name) if name else None)
+    name = ctx.env.classifier.classify(w).class_name
+    return Candidate(w, ctx.views.pod(w), ctx.env.policy.class_index.get(name) if name else None)
 
 
 def evict(ctx: ActionContext) -> bool:
@@ -148,7 +148,7 @@ def _by_class(ctx: ActionContext, victims: Mapping[str, Any]) -> tuple[Workload,
     if hit is not None and hit[0] is groups:
         cached: tuple[Workload, ...] = hit[1]
         return cached
-    index = ctx.engine.policy.class_index
+    index = ctx.env.policy.class_index
     out: list[Workload] = []
     for name, members in groups.items():
         cls = index.get(name) if name else None
@@ -222,12 +222,12 @@ def _common_inputs(
         inputs["order"] = f"trigger {next(iter(params['trigger']))}"
     else:
         inputs["orderBy"] = list(params.get("orderBy") or ())
-    step = ctx.engine.pressure_step
-    if ctx.name in step.numa_rules and key is not None:
+    env = ctx.env
+    if ctx.name in env.numa_pressure_rules and key is not None:
         counter = t.pressure_inputs.get(f"numa:{key}")
         if counter is not None:
             inputs["watermarkCounter"] = dict(counter)
-    if ctx.name in step.system_rules and "node" in t.pressure_inputs:
+    if ctx.name in env.system_pressure_rules and "node" in t.pressure_inputs:
         inputs["systemMemoryPressure"] = dict(t.pressure_inputs["node"])
     if trigger is not None:
         inputs["trigger"] = {"kind": next(iter(params["trigger"])), **trigger.inputs}
@@ -262,7 +262,7 @@ def _effect(ctx: ActionContext, c: Candidate, effect: str) -> float | None:
 
 def _effect_of(ctx: ActionContext, w: Workload, effect: str) -> float | None:
     """A numeric enhancement effect of the workload (its own threshold or tolerance), if set."""
-    value = ctx.engine.classifier.classify(w).effects.get(effect)
+    value = ctx.env.classifier.classify(w).effects.get(effect)
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -310,7 +310,7 @@ def _reclaim_supply(ctx: ActionContext, pool: Sequence[Candidate]) -> ReclaimPoo
     plan = ctx.tick.pool_plan
     if cpus is None and plan is not None:
         names = {c.cls.pool for c in pool if c.cls is not None and c.cls.pool}
-        names |= {p.name for p in ctx.engine.policy.pools if p.kind == "reclaim"} if not names else set()
+        names |= {p.name for p in ctx.env.policy.pools if p.kind == "reclaim"} if not names else set()
         cpus = len(frozenset().union(*(plan.pools.get(n, frozenset()) for n in names))) if names else None
     if cpus is None:
         return None
@@ -344,7 +344,7 @@ def _published(
     reclaimed resource, and where each allocatable came from. Precedence: the collector's
     node.reclaim.*_allocatable_* fact (what the scheduler sees on the CNR), then the Node's
     allocatable of that extended resource, then qosd's own last report (EngineState.reports)."""
-    reclaim = ctx.engine.policy.reclaim
+    reclaim = ctx.env.policy.reclaim
     thresholds_cfg = cfg.get("thresholds") or {}
     skip = set(cfg.get("skipZero") or ())
     node = ctx.views.node
@@ -400,7 +400,7 @@ def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Wor
     interval = parse_duration(str(cfg["collectInterval"])) if "collectInterval" in cfg else 1.0
     window = max(window, interval)
     resource = str(cfg.get("requestResource", "kubernetes.io/batch-cpu"))
-    classify = ctx.engine.classifier.classify
+    classify = ctx.env.classifier.classify
     labels = (victims.get("requireLabel") or {}).items()
     members = [
         w
@@ -475,7 +475,7 @@ def _real_limit(
     cpus = _class_value(measured, "cpu.cpuset_cpus")
     plan = ctx.tick.pool_plan
     if cpus is None and plan is not None:
-        index = ctx.engine.policy.class_index
+        index = ctx.env.policy.class_index
         pools = {p for n in class_names if n in index and (p := index[n].pool)}
         if pools:
             cpus = float(len(frozenset().union(*(plan.pools.get(p, frozenset()) for p in pools))))

@@ -44,6 +44,7 @@ from engine.features.rules.conditions import comparisons
 
 if TYPE_CHECKING:
     from engine.evaluate.context import Tick
+    from engine.model.facts import Snapshot
 
 NUMA_FACTS = frozenset({"numa.memory.below_watermark_count", "numa.memory.watermark_pressure"})
 SYSTEM_FACTS = frozenset({"node.memory.pressure", "node.memory.pressure_quiet_seconds"})
@@ -121,6 +122,13 @@ class PressureStep:
             for a in r.actions
             if a.kind == "evict" and "suppressionTolerance" in (a.params.get("trigger") or {})
         )
+
+    def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        """Before any condition: the counters' facts are what the memory pressure rules test."""
+        self.run(views, t)
+
+    def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        """Nothing: the eviction actions read this tick's pressure while the rules run."""
 
     def run(self, views: FactViews, t: Tick) -> None:
         """Step the counters, publish their facts into ``views``, and keep their state in ``t``."""

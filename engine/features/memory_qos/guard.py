@@ -36,7 +36,7 @@ def memory_guard_action(ctx: ActionContext) -> bool:
     node = ctx.views.node
     wsf = node.get("memory.watermark_scale_factor")
     if wsf is None:
-        wsf = ctx.engine.policy.pressure.watermark_scale_factor
+        wsf = ctx.env.policy.pressure.watermark_scale_factor
     guard_params = GuardParams(
         watermark_scale_factor=float(wsf),
         page_size=PAGE_SIZE,

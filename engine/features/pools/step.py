@@ -22,7 +22,8 @@ from typing import Any
 
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
-from engine.evaluate.factview import ACTIVE_PHASES, same_workloads
+from engine.evaluate.context import Tick
+from engine.evaluate.factview import ACTIVE_PHASES, FactViews, same_workloads
 from engine.features.pools.cpuset import CpuDetails
 from engine.features.pools.strategy import CpuDemand, Key, PoolPlan, PoolSpec, allocate
 from engine.model.facts import Snapshot, Workload
@@ -58,6 +59,19 @@ class PoolStep:
         self._texts: tuple[str | None, ...] | None = None
         self._previous: Previous = ()
         self._intents: tuple[PoolPlan, int, str, tuple[CgroupIntent, ...]] | None = None
+
+    def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        """Plan this tick's pools first: actions (suppress, evict and publish triggers) read the plan."""
+        t.pool_plan = self.plan(snap)
+
+    def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        """The pools' cpusets, except where a rule set the same file (suppress narrowing a cpuset)."""
+        if t.pool_plan is None:
+            return
+        taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
+        t.intents.extend(
+            i for i in self.intents(snap, t.pool_plan, self.policy.hash) if (i.path, i.file) not in taken
+        )
 
     def plan(self, snap: Snapshot) -> PoolPlan | None:
         if not self.specs:

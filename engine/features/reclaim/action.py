@@ -51,7 +51,7 @@ def pod_uses(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[P
     the pod metrics that belong to no active pod (Koordinator's dangling pods: HP unless the pod
     is known and reclaimed)."""
     usage_key, request_key = USE_FACTS[resource]
-    reclaimed = ctx.engine.reclaimed_classes
+    reclaimed = ctx.env.reclaimed_classes
     out = []
     listed: set[str] = set()
     for w in ctx.snap.workloads:
@@ -70,7 +70,7 @@ def pod_uses(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[P
             )
         )
     known = {w.uid: w for w in ctx.snap.workloads}
-    classify = ctx.engine.classifier.classify
+    classify = ctx.env.classifier.classify
     for uid, measured in ctx.snap.metrics.pods.items():
         usage = measured.get(usage_key)
         if uid in listed or usage is None:
@@ -100,7 +100,7 @@ def demands(ctx: ActionContext, resource: str) -> tuple[list[Demand], float]:
     """The non-reclaimed containers of active pods as the headroom estimate sees them, and the
     CPU cores reclaimed pods use. Containers are estimated one by one (Katalyst's fallbacks are per
     container) unless the collector reports the pod only as a whole."""
-    levels = class_levels(ctx.engine.policy)
+    levels = class_levels(ctx.env.policy)
     name = "cpu" if resource == "cpu" else "memory"
     out: list[Demand] = []
     reclaimed_usage = 0.0
@@ -134,14 +134,14 @@ def reserve_cpus(ctx: ActionContext) -> int | None:
     plan = ctx.tick.pool_plan
     if plan is None:
         return None
-    kinds = ctx.engine.policy.pool_index
+    kinds = ctx.env.policy.pool_index
     pools = [cpus for name, cpus in plan.pools.items() if name in kinds and kinds[name].kind == "reserve"]
     return len(frozenset().union(*pools)) if pools else None
 
 
 def publish(ctx: ActionContext) -> bool:
     resource = str(ctx.params["resource"])
-    reclaim = ctx.engine.policy.reclaim
+    reclaim = ctx.env.policy.reclaim
     spec = reclaim.cpu if resource == "cpu" else reclaim.memory
     if spec is None or not spec.publish_as:
         return False
@@ -155,7 +155,7 @@ def publish(ctx: ActionContext) -> bool:
     elif spec.policy == "headroom":
         found, reclaimed_usage = demands(ctx, resource)
         scale = float(
-            node.get("memory.watermark_scale_factor", ctx.engine.policy.pressure.watermark_scale_factor)
+            node.get("memory.watermark_scale_factor", ctx.env.policy.pressure.watermark_scale_factor)
         )
         result = headroom_reclaimable(
             resource,

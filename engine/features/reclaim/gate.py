@@ -22,8 +22,23 @@ from types import MappingProxyType
 
 from engine.config.policy import ReclaimUpdate
 from engine.evaluate.context import Tick
+from engine.evaluate.factview import FactViews
 from engine.features.reclaim.strategy import Published, update_due
+from engine.model.facts import Snapshot
 from engine.model.intents import NodeIntent
+
+
+class PublishGateStep:
+    """The node update gate as a step: after the rules, it holds or lets through their publishes."""
+
+    def __init__(self, update: ReclaimUpdate | None):
+        self.update = update
+
+    def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        """Nothing: the gate judges what the publish actions computed this tick."""
+
+    def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        gate_publishes(self.update, t)
 
 
 def gate_publishes(update: ReclaimUpdate | None, t: Tick) -> None:

@@ -20,7 +20,7 @@ from engine.features.resctrl.strategy import GroupRequest
 def set_resctrl(ctx: ActionContext) -> bool:
     p = ctx.params
     class_name = str(p["class"]) if p.get("class") else None
-    cls = ctx.engine.policy.class_index.get(class_name) if class_name else None
+    cls = ctx.env.policy.class_index.get(class_name) if class_name else None
     group = str(p.get("group") or (declared_group(cls) if cls is not None else class_name))
     l3 = percent_range(p.get("l3Percent"))
     mb = p.get("mbPercent")

@@ -30,7 +30,7 @@ from typing import Any
 from engine.config.policy import Policy, QoSClass
 from engine.evaluate.classify import Classifier
 from engine.evaluate.context import Skipped, Tick
-from engine.evaluate.factview import ACTIVE_PHASES
+from engine.evaluate.factview import ACTIVE_PHASES, FactViews
 from engine.features.resctrl.strategy import (
     ROOT_GROUP,
     Capabilities,
@@ -127,6 +127,12 @@ class ResctrlStep:
             self._plan = plan_groups(requests, caps, existing)
             self._key = key
         return self._plan
+
+    def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        """Nothing: setResctrl actions only ask; the groups are planned together after the rules."""
+
+    def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        self.run(snap, t)
 
     def run(self, snap: Snapshot, t: Tick) -> None:
         """Append this tick's resctrl intents (and notes) to the tick."""

@@ -42,14 +42,14 @@ def suppress(ctx: ActionContext) -> bool:
         return False
     pods = []
     measured = ctx.snap.metrics.pods
-    for class_name, members in ctx.engine.members(ctx.snap.workloads).items():
+    for class_name, members in ctx.env.members(ctx.snap.workloads).items():
         others = class_name != target
         for w in members:
             cores = measured.get(w.uid, EMPTY).get("cpu.usage_cores")
             if cores is not None:
                 pods.append(UsageSample(w.key, float(cores), others))
     for w in ctx.snap.workloads:  # pods no class matched still use CPU
-        if w.phase in ACTIVE_PHASES and ctx.engine.classifier.classify(w).class_name is None:
+        if w.phase in ACTIVE_PHASES and ctx.env.classifier.classify(w).class_name is None:
             cores = measured.get(w.uid, EMPTY).get("cpu.usage_cores")
             if cores is not None:
                 pods.append(UsageSample(w.key, float(cores), True))
