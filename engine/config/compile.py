@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from functools import cache
 from types import MappingProxyType
 from typing import Any, overload
@@ -26,6 +27,7 @@ from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
 from engine.config.policy import (
     DEFAULT_MAX_INTERVAL,
     Action,
+    ActionSpec,
     DocumentRef,
     Enhancement,
     JsonKeyMatch,
@@ -46,7 +48,7 @@ from engine.config.policy import (
 )
 from engine.config.render import ENV, RenderError
 from engine.features.class_knobs.knobs import compile_knob
-from engine.features.eviction.pressure import satisfaction_config_error
+from engine.features.eviction import spec as eviction_spec
 from engine.features.rules.conditions import (
     ORDER_OPS,
     WINDOW_HINT,
@@ -946,6 +948,7 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         kind, params = next(iter(act.items()))
         _check_action(c, apath, kind, params or {}, when)
         actions.append(Action(kind, freeze(params or {}), (*apath, kind)))
+
     limits = raw.get("limits") or {}
     per_window = limits.get("perWindow")
     if per_window and isinstance(per_window.get("count"), int) and per_window["count"] > MAX_RATE_COUNT:
@@ -959,6 +962,7 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         )
     if len(c.problems) != before:
         return None
+    actions = [_compile_action(a) for a in actions]
     return Rule(
         name=raw["name"],
         index=i,
@@ -981,39 +985,23 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
     )
 
 
+ACTION_SPECS: dict[str, Callable[[Mapping[str, Any]], ActionSpec]] = {
+    "evict": eviction_spec.compile_spec,
+}
+
+
+def _compile_action(action: Action) -> Action:
+    """The action with its typed spec, compiled by the feature that owns its kind (checked first)."""
+    compile_spec = ACTION_SPECS.get(action.kind)
+    return replace(action, spec=compile_spec(action.params)) if compile_spec is not None else action
+
+
 def _check_action(
     c: _Checker, path: JsonPath, kind: str, params: dict[str, Any], when: Condition | None
 ) -> None:
     p = (*path, kind)
     if kind == "evict":
-        _check_trigger(c, p, params, when)
-        victims = params.get("victims") or {}
-        for field_name in ("classes", "excludeClasses"):
-            for j, name in enumerate(victims.get(field_name) or []):
-                c.ref((*p, "victims", field_name, j), name, c.classes, "class")
-        for j, name in enumerate(victims.get("classes") or []):
-            cls = c.classes.get(name)
-            if cls is not None and cls.get("protected"):
-                c.add(
-                    (*p, "victims", "classes", j),
-                    f"class {name!r} is protected and can never be an eviction victim",
-                    "remove it from victims.classes, or set protected: false on the class",
-                )
-        lower = (params.get("release") or {}).get("lowerPercent")
-        if lower is not None:
-            triggers = [
-                cmp
-                for cmp in comparisons(when)
-                if cmp.fact.endswith("usage_percent") and cmp.op in ("gte", "gt") and cmp.value <= lower
-            ]
-            for cmp in triggers:
-                c.add(
-                    (*p, "release", "lowerPercent"),
-                    f"release.lowerPercent {lower} is not below the trigger threshold "
-                    f"{cmp.fact} {cmp.op} {cmp.value}",
-                    "eviction releases down to lowerPercent; at or above the threshold it would release "
-                    f"nothing (Koordinator uses threshold - 2, e.g. {cmp.value - 2})",
-                )
+        eviction_spec.check(c, p, params, when)
     elif kind == "suppress":
         c.ref((*p, "class"), params.get("class"), c.classes, "class")
         if "cgroup" in params:
@@ -1130,36 +1118,6 @@ def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, s
             "an idle group's weight is pinned by the kernel",
             f"drop {weight[0]} (an idle group runs only when nothing else wants the CPU anyway)",
         )
-
-
-def _check_trigger(c: _Checker, p: JsonPath, params: dict[str, Any], when: Condition | None) -> None:
-    """Semantic checks of evict.trigger that the schema cannot express."""
-    trigger = params.get("trigger") or {}
-    if "suppressionTolerance" in trigger and when is not None:
-        c.add(
-            (*p, "trigger", "suppressionTolerance"),
-            "trigger suppressionTolerance keeps per-pod timers every tick; a `when` would pause them "
-            "while it does not hold, and stale timers would evict at once when it holds again",
-            "remove the rule's `when`: the trigger itself decides (Katalyst runs the check every round)",
-        )
-    if ("suppressionTolerance" in trigger or "reclaimedOvercommit" in trigger) and "orderBy" in params:
-        kind = next(iter(trigger))
-        c.add(
-            (*p, "orderBy"),
-            f"trigger {kind} evicts in its anchor's own order, so orderBy would be ignored",
-            "remove orderBy from this evict action",
-        )
-    sat = trigger.get("beSatisfaction")
-    if isinstance(sat, dict):
-        error = satisfaction_config_error(sat.get("lowerPercent"), sat.get("upperPercent"))
-        if error:
-            c.add((*p, "trigger", "beSatisfaction"), error, "Koordinator skips BECPUEvict with such a config")
-        if not (params.get("victims") or {}).get("classes"):
-            c.add(
-                (*p, "victims", "classes"),
-                "trigger beSatisfaction needs victims.classes: the class whose CPU satisfaction it measures",
-                "e.g. victims: {classes: [BE]}",
-            )
 
 
 __all__ = ["ORDER_OPS", "check_and_compile", "document_problems"]

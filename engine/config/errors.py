@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from engine.config.load import JsonPath
 
 
 @dataclass(frozen=True, order=True)
@@ -98,3 +101,17 @@ def short(value: Any, limit: int = 60) -> str:
 
 class UsageError(Exception):
     """Bad command-line usage (a path that does not exist, a malformed option): exit 2."""
+
+
+class Checker(Protocol):
+    """What a feature's semantic checks may use of the compiler (``config.compile``): the merged
+    spec's named sections, the node, and the one way to report a located problem. Features check
+    their own specs beside them without importing the compiler."""
+
+    spec: dict[str, Any]  # the merged spec
+    classes: dict[str, Any]  # name -> raw class section
+    pools: dict[str, Any]  # name -> raw pool section
+
+    def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None: ...
+
+    def ref(self, path: JsonPath, name: Any, table: dict[str, Any], what: str) -> None: ...

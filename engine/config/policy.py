@@ -15,7 +15,10 @@ from typing import Any, Literal
 
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
+from engine.features.eviction.spec import EvictSpec
 from engine.features.rules.conditions import Condition
+
+ActionSpec = EvictSpec  # the union of every feature's action spec
 
 
 def freeze(value: Any) -> Any:
@@ -245,9 +248,14 @@ class Pressure:
 
 @dataclass(frozen=True)
 class Action:
+    """One action of a rule. ``spec`` is its typed spec, compiled once per generation by the
+    feature that owns the kind (None for kinds whose parameters pass through as data: taint,
+    condition, notify); ``params`` keeps the mapping as written, for those kinds and for output."""
+
     kind: str
     params: Mapping[str, Any]
     path: JsonPath
+    spec: ActionSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.config.policy import Policy
+from engine.config.policy import ActionSpec, Policy
 from engine.evaluate.classify import Classifier
 from engine.evaluate.factview import FactViews, MembersIndex
 from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
@@ -96,7 +96,8 @@ class ActionContext:
 
     env: Generation
     rule: CompiledRule
-    params: Mapping[str, Any]
+    params: Mapping[str, Any]  # the action as written; kinds with a typed spec read ``spec`` instead
+    spec: ActionSpec | None
     snap: Snapshot
     views: FactViews
     classes: Mapping[str, Any]

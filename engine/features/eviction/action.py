@@ -14,17 +14,23 @@ from typing import Any
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
 from engine.features.eviction.pressure import (
-    DEFAULT_RSS_OVERUSE_THRESHOLD,
     MEMORY_ENHANCEMENT,
-    RECLAIMED_MILLICPU,
     BeCpu,
     MetType,
     be_allocatable_milli,
     be_real_limit_milli,
     reclaimed_overcommit,
 )
+from engine.features.eviction.spec import (
+    BeSatisfaction,
+    EvictSpec,
+    ReclaimedOvercommit,
+    RssOveruse,
+    SuppressionTolerance,
+    Trigger,
+    Victims,
+)
 from engine.features.eviction.strategy import (
-    DEFAULT_PHASES,
     Candidate,
     TriggerResult,
     choose,
@@ -37,7 +43,6 @@ from engine.features.eviction.strategy import (
 from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA, ReclaimPoolSupply
 from engine.model.facts import EMPTY, Workload, window_key
 from engine.model.intents import EvictIntent
-from engine.model.units import parse_duration
 
 RSS_THRESHOLD_EFFECT = "eviction.rssOveruseThreshold"
 TOLERANCE_EFFECT = "eviction.suppressionToleranceRate"
@@ -48,22 +53,28 @@ def candidate(ctx: ActionContext, w: Workload) -> Candidate:
     return Candidate(w, ctx.views.pod(w), ctx.env.policy.class_index.get(name) if name else None)
 
 
+def evict_spec(ctx: ActionContext) -> EvictSpec:
+    spec = ctx.spec
+    if not isinstance(spec, EvictSpec):
+        raise TypeError(f"rule {ctx.name}: evict action without its compiled spec ({spec!r})")
+    return spec
+
+
 def evict(ctx: ActionContext) -> bool:
     rule = ctx.rule.rule
-    params, t, matched = ctx.params, ctx.tick, ctx.matched
+    spec = evict_spec(ctx)
+    t, matched = ctx.tick, ctx.matched
     audit = rule.mode == "audit"
-    trigger_spec: Mapping[str, Any] = params.get("trigger") or {}
-    limit_values = [v for v in (params.get("maxPerRound"), rule.per_round) if v is not None]
-    has_target = bool((params.get("release") or {}).keys() & {"lowerPercent", "amount"}) or (
-        "beSatisfaction" in trigger_spec
-    )
+    trigger_spec = spec.trigger
+    limit_values = [v for v in (spec.max_per_round, rule.per_round) if v is not None]
+    has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction)
     limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
     # Per matched NUMA node without a release target: one victim each (Katalyst's TopN=1),
     # all of them together within maxPerRound.
     per_group = limit if has_target or rule.scope != "numa" else 1
     left = limit
     picked: set[str] = set()
-    if (params.get("victims") or {}).get("numaScoped"):
+    if spec.victims.numa_scoped:
         ctx.skip(
             "note: victims.numaScoped needs pods' NUMA placement, which facts do not carry yet; "
             "every candidate was considered"
@@ -82,12 +93,12 @@ def evict(ctx: ActionContext) -> bool:
         groups.append((key, facts, list(seen.values()), latched))
         considered = len(seen)
     else:
-        workloads = _by_class(ctx, params.get("victims") or {})
-        if "beSatisfaction" in trigger_spec:
+        workloads = _by_class(ctx, spec.victims)
+        if isinstance(trigger_spec, BeSatisfaction):
             # Decided from class facts alone: candidates are built only when there is a release.
-            known = _satisfaction(ctx, trigger_spec["beSatisfaction"] or {}, workloads)
+            known = _satisfaction(ctx, spec.victims, trigger_spec, workloads)
             workloads = workloads if known.met else ()
-        elif trigger_spec:
+        elif trigger_spec is not None:
             workloads = tuple(_gate(ctx, trigger_spec, workloads))
         all_candidates = [candidate(ctx, w) for w in workloads]
         for key, facts, _, latched in matched:
@@ -100,14 +111,20 @@ def evict(ctx: ActionContext) -> bool:
             facts if isinstance(facts, ItemFacts) and facts is not EMPTY_ITEM else ctx.views.node
         )
         pool = [c for c in candidates if c.workload.uid not in picked]
-        trigger = known if known is not None else _trigger(ctx, trigger_spec, pool) if trigger_spec else None
+        trigger = (
+            known
+            if known is not None
+            else _trigger(ctx, spec.victims, trigger_spec, pool)
+            if trigger_spec is not None
+            else None
+        )
         if trigger is not None and not trigger.met:
             continue
         cap = int(min(budget, 10**9))
-        choices, release = choose(pool, params, scope_facts, pending, t.round, cap, trigger)
+        choices, release = choose(pool, spec, scope_facts, pending, t.round, cap, trigger)
         left -= len(choices)
         picked.update(c.candidate.workload.uid for c in choices)
-        common = _common_inputs(ctx, key, considered, trigger)
+        common = _common_inputs(ctx, spec, key, considered, trigger)
         for choice in choices:
             w = choice.candidate.workload
             inputs = common
@@ -123,7 +140,7 @@ def evict(ctx: ActionContext) -> bool:
                     ranking=choice.ranking,
                     credit=choice.credit,
                     release=release,
-                    grace_period_seconds=params.get("gracePeriodSeconds"),
+                    grace_period_seconds=spec.grace_period_seconds,
                     provenance=ctx.provenance(key, facts, latched, inputs),
                 )
             )
@@ -133,14 +150,12 @@ def evict(ctx: ActionContext) -> bool:
     return new > 0
 
 
-def _by_class(ctx: ActionContext, victims: Mapping[str, Any]) -> tuple[Workload, ...]:
+def _by_class(ctx: ActionContext, victims: Victims) -> tuple[Workload, ...]:
     """The workloads whose class and phase can make them victims, from the class grouping alone:
     rules that look at the whole node every tick (the triggers) then build candidate facts only for
     these. The same tests as ``eligible``, which still runs on each candidate. Kept across ticks
     while the grouping is unchanged (the same tuple comes back, so callers can memoize on it)."""
-    classes = tuple(victims.get("classes") or ())
-    excluded = tuple(victims.get("excludeClasses") or ())
-    phases = tuple(victims.get("phases") or DEFAULT_PHASES)
+    classes, excluded, phases = victims.classes, victims.exclude_classes, victims.phases
     groups = ctx.views.by_class()
     memo = ctx.views.generation_memo
     key = ("evict.by_class", classes, excluded, phases)
@@ -162,16 +177,13 @@ def _by_class(ctx: ActionContext, victims: Mapping[str, Any]) -> tuple[Workload,
     return result
 
 
-def _gate(
-    ctx: ActionContext, spec: Mapping[str, Any], workloads: tuple[Workload, ...]
-) -> Sequence[Workload]:
+def _gate(ctx: ActionContext, spec: Trigger, workloads: tuple[Workload, ...]) -> Sequence[Workload]:
     """The workloads a node-wide trigger can act on, found from raw facts before any candidate is
     built (these rules look at every pod every tick): for RSS overuse, pods above the rule's or
     their own threshold, and every pod with a memory_enhancement annotation (its own threshold may
     be anything); for reclaimed overcommit, none unless a resource is overcommitted."""
-    kind, cfg = next(iter(spec.items()))
-    if kind == "rssOveruse":
-        default = float((cfg or {}).get("threshold", DEFAULT_RSS_OVERUSE_THRESHOLD))
+    if isinstance(spec, RssOveruse):
+        default = spec.threshold
         memo = ctx.views.generation_memo
         hit = memo.get(("evict.rss", default))
         if hit is not None and hit[0] is workloads:
@@ -193,8 +205,8 @@ def _gate(
             if rss is not None and rss > limit:
                 out.append(w)
         return out
-    if kind == "reclaimedOvercommit":
-        allocatable, thresholds, skip_zero, _ = _published(ctx, cfg or {})
+    if isinstance(spec, ReclaimedOvercommit):
+        allocatable, thresholds, skip_zero, _ = _published(ctx, spec)
         if not workloads or not allocatable:
             return ()
         # The summed requests change only with the workloads: memoized on the (kept) tuple.
@@ -212,16 +224,16 @@ def _gate(
 
 
 def _common_inputs(
-    ctx: ActionContext, key: str | None, candidates: int, trigger: TriggerResult | None
+    ctx: ActionContext, spec: EvictSpec, key: str | None, candidates: int, trigger: TriggerResult | None
 ) -> dict[str, Any]:
     """Provenance inputs shared by one group's victims: ranking, the pressure decision the rule
     tested (Katalyst's counter or system pressure), and the trigger's terms."""
-    params, t = ctx.params, ctx.tick
+    t = ctx.tick
     inputs: dict[str, Any] = {"candidates": candidates}
-    if trigger is not None and trigger.order is not None:
-        inputs["order"] = f"trigger {next(iter(params['trigger']))}"
+    if trigger is not None and trigger.order is not None and spec.trigger is not None:
+        inputs["order"] = f"trigger {spec.trigger.kind}"
     else:
-        inputs["orderBy"] = list(params.get("orderBy") or ())
+        inputs["orderBy"] = list(spec.order_by)
     env = ctx.env
     if ctx.name in env.numa_pressure_rules and key is not None:
         counter = t.pressure_inputs.get(f"numa:{key}")
@@ -229,31 +241,26 @@ def _common_inputs(
             inputs["watermarkCounter"] = dict(counter)
     if ctx.name in env.system_pressure_rules and "node" in t.pressure_inputs:
         inputs["systemMemoryPressure"] = dict(t.pressure_inputs["node"])
-    if trigger is not None:
-        inputs["trigger"] = {"kind": next(iter(params["trigger"])), **trigger.inputs}
+    if trigger is not None and spec.trigger is not None:
+        inputs["trigger"] = {"kind": spec.trigger.kind, **trigger.inputs}
     return inputs
 
 
 # ---------------------------------------------------------------- triggers
 
 
-def _trigger(ctx: ActionContext, spec: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
+def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence[Candidate]) -> TriggerResult:
     """Gather one trigger's inputs for the eligible candidates and run its strategy."""
-    kind, cfg = next(iter(spec.items()))
-    cfg = cfg or {}
-    victims = ctx.params.get("victims") or {}
     eligible_pool = [c for c in pool if eligible(c, victims)]
-    if kind == "rssOveruse":
+    if isinstance(spec, RssOveruse):
         return rss_overuse_trigger(
-            eligible_pool,
-            float(cfg.get("threshold", DEFAULT_RSS_OVERUSE_THRESHOLD)),
-            lambda c: _effect(ctx, c, RSS_THRESHOLD_EFFECT),
+            eligible_pool, spec.threshold, lambda c: _effect(ctx, c, RSS_THRESHOLD_EFFECT)
         )
-    if kind == "suppressionTolerance":
-        return _tolerance(ctx, cfg, eligible_pool)
-    if kind == "reclaimedOvercommit":
-        return _overcommit(ctx, cfg, eligible_pool)
-    return _satisfaction(ctx, cfg, [c.workload for c in eligible_pool])
+    if isinstance(spec, SuppressionTolerance):
+        return _tolerance(ctx, spec, eligible_pool)
+    if isinstance(spec, ReclaimedOvercommit):
+        return _overcommit(ctx, spec, eligible_pool)
+    return _satisfaction(ctx, victims, spec, [c.workload for c in eligible_pool])
 
 
 def _effect(ctx: ActionContext, c: Candidate, effect: str) -> float | None:
@@ -266,13 +273,13 @@ def _effect_of(ctx: ActionContext, w: Workload, effect: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _tolerance(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
+def _tolerance(ctx: ActionContext, cfg: SuppressionTolerance, pool: Sequence[Candidate]) -> TriggerResult:
     """Katalyst's suppression tolerance: supply of the victims' pool, per-pod timers in the state."""
     t = ctx.tick
     supply = _reclaim_supply(ctx, pool)
     if supply is None:
         return TriggerResult(False, {"reason": "node.reclaim.pool_usage_cores is not observed"})
-    resource = str(cfg.get("requestResource", RECLAIMED_MILLICPU))
+    resource = cfg.request_resource
 
     def request_milli(c: Candidate) -> int:
         extended = c.workload.request(resource)
@@ -284,8 +291,8 @@ def _tolerance(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candid
         supply,
         since,
         t.now,
-        max_rate=float(cfg.get("maxRate", 5.0)),
-        min_duration=parse_duration(str(cfg["minDuration"])) if "minDuration" in cfg else 300.0,
+        max_rate=cfg.max_rate,
+        min_duration=cfg.min_duration,
         request_milli=request_milli,
         tolerance=lambda c: _effect(ctx, c, TOLERANCE_EFFECT),
     )
@@ -329,7 +336,7 @@ def _reclaim_supply(ctx: ActionContext, pool: Sequence[Candidate]) -> ReclaimPoo
 CPU_MILLI = 1000.0  # CPU extended resources (reclaimed_millicpu, batch-cpu) count millicores
 
 
-def _overcommit(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candidate]) -> TriggerResult:
+def _overcommit(ctx: ActionContext, cfg: ReclaimedOvercommit, pool: Sequence[Candidate]) -> TriggerResult:
     """Katalyst's reclaimed-resource pressure over the published allocatable of each reclaimed
     resource (spec.reclaim.<cpu|memory>.publishAs)."""
     allocatable, thresholds, skip_zero, sources = _published(ctx, cfg)
@@ -338,15 +345,15 @@ def _overcommit(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Candi
 
 
 def _published(
-    ctx: ActionContext, cfg: Mapping[str, Any]
+    ctx: ActionContext, cfg: ReclaimedOvercommit
 ) -> tuple[dict[str, float], dict[str, float], list[str], dict[str, str]]:
     """Allocatable (in the extended resource's unit), threshold and skip-zero list per published
     reclaimed resource, and where each allocatable came from. Precedence: the collector's
     node.reclaim.*_allocatable_* fact (what the scheduler sees on the CNR), then the Node's
     allocatable of that extended resource, then qosd's own last report (EngineState.reports)."""
     reclaim = ctx.env.policy.reclaim
-    thresholds_cfg = cfg.get("thresholds") or {}
-    skip = set(cfg.get("skipZero") or ())
+    thresholds_cfg = cfg.thresholds
+    skip = cfg.skip_zero
     node = ctx.views.node
     allocatable: dict[str, float] = {}
     thresholds: dict[str, float] = {}
@@ -378,13 +385,15 @@ def _published(
         if value is None:
             continue
         allocatable[name] = value
-        thresholds[name] = float(thresholds_cfg.get(resource, 5.0))
+        thresholds[name] = thresholds_cfg[resource]
         if resource in skip:
             skip_zero.append(name)
     return allocatable, thresholds, skip_zero, sources
 
 
-def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Workload]) -> TriggerResult:
+def _satisfaction(
+    ctx: ActionContext, victims: Victims, cfg: BeSatisfaction, pool: Sequence[Workload]
+) -> TriggerResult:
     """Koordinator's BECPUEvict: BE usage, request and limit (millicores) over the window and now.
 
     Usage and limit read the class's facts (``class.<name>.cpu.*``: windowed averages from the
@@ -392,16 +401,14 @@ def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Wor
     ``limit_cores`` if it sends one, else ``be_real_limit_milli`` of the class cgroup's cpuset size
     (fact, else its pool in this tick's plan) and quota. The request is the victims' summed batch-cpu
     requests now; the collector's windowed ``request_cores`` replaces it for the average if sent."""
-    victims = ctx.params.get("victims") or {}
-    class_names: list[str] = list(victims.get("classes") or ())
+    class_names: list[str] = list(victims.classes)
     classes = ctx.views.snapshot.metrics.classes
     measured = [classes.get(n, {}) for n in class_names]
-    window = parse_duration(str(cfg["window"])) if "window" in cfg else 0.0
-    interval = parse_duration(str(cfg["collectInterval"])) if "collectInterval" in cfg else 1.0
-    window = max(window, interval)
-    resource = str(cfg.get("requestResource", "kubernetes.io/batch-cpu"))
+    window = cfg.effective_window
+    interval = cfg.collect_interval
+    resource = cfg.request_resource
     classify = ctx.env.classifier.classify
-    labels = (victims.get("requireLabel") or {}).items()
+    labels = victims.require_label.items()
     members = [
         w
         for w in pool
@@ -425,7 +432,7 @@ def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Wor
     req_avg = _class_value(measured, avg_key("cpu.request_cores"))
     limit_now: float | None
     limit_avg: float | None
-    if str(cfg.get("limit", "realLimit")) == "allocatable":
+    if cfg.limit == "allocatable":
         limit_now = limit_avg = be_allocatable_milli(ctx.snap.allocatable.get(resource))
     else:
         limit_now = _real_limit(ctx, measured, class_names)
@@ -447,14 +454,8 @@ def _satisfaction(ctx: ActionContext, cfg: Mapping[str, Any], pool: Sequence[Wor
         if (n := m.get(window_key(k, "samples", window))) is not None
     ]
     samples = (int(min(counts)), int(window), int(interval)) if counts else None
-    usage_threshold = cfg.get("usageThresholdPercent")
     return satisfaction_trigger(
-        avg,
-        current,
-        int(cfg["lowerPercent"]),
-        int(cfg["upperPercent"]),
-        int(usage_threshold) if usage_threshold is not None else None,
-        samples,
+        avg, current, cfg.lower_percent, cfg.upper_percent, cfg.usage_threshold_percent, samples
     )
 
 

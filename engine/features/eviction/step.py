@@ -40,6 +40,7 @@ from engine.features.eviction.pressure import (
     system_watermark_pressure,
     zoneinfo_watermarks,
 )
+from engine.features.eviction.spec import EvictSpec, SuppressionTolerance
 from engine.features.rules.conditions import comparisons
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class PressureStep:
             r.name
             for r in policy.rules
             for a in r.actions
-            if a.kind == "evict" and "suppressionTolerance" in (a.params.get("trigger") or {})
+            if isinstance(a.spec, EvictSpec) and isinstance(a.spec.trigger, SuppressionTolerance)
         )
 
     def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:

@@ -33,6 +33,7 @@ from engine.features.eviction.pressure import (
     reclaimed_overcommit,
     rss_overuse,
 )
+from engine.features.eviction.spec import EvictSpec, ReleaseSpec, Victims
 from engine.features.suppress.strategy import (
     ReclaimedPod,
     ReclaimPoolSupply,
@@ -41,10 +42,6 @@ from engine.features.suppress.strategy import (
 )
 from engine.model.facts import Workload
 from engine.model.intents import Release
-from engine.model.units import parse_quantity
-
-DEFAULT_ORDER = ("class", "priority", "-memory.usage")
-DEFAULT_PHASES = ("Running", "Pending")
 
 
 @dataclass(frozen=True)
@@ -129,24 +126,21 @@ def rank(
     return [(c, values) for _, _, c, values in scored]
 
 
-def eligible(c: Candidate, victims: Mapping[str, Any]) -> bool:
+def eligible(c: Candidate, victims: Victims) -> bool:
     """Victim filters; protected classes are never victims, whatever the rule says."""
     if c.cls is not None and c.cls.protected:
         return False
-    classes = victims.get("classes")
+    classes = victims.classes
     if classes and (c.cls is None or c.cls.name not in classes):
         return False
-    if c.cls is not None and c.cls.name in (victims.get("excludeClasses") or ()):
+    if c.cls is not None and c.cls.name in victims.exclude_classes:
         return False
-    if c.workload.phase not in (victims.get("phases") or DEFAULT_PHASES):
+    if c.workload.phase not in victims.phases:
         return False
-    max_priority = victims.get("maxPriority")
+    max_priority = victims.max_priority
     if max_priority is not None and (c.workload.priority or 0) > max_priority:
         return False
-    for key, value in (victims.get("requireLabel") or {}).items():
-        if c.workload.labels.get(key) != value:
-            return False
-    return True
+    return all(c.workload.labels.get(key) == value for key, value in victims.require_label.items())
 
 
 RESOURCE_FACTS: Mapping[str, tuple[str, str, str]] = {
@@ -165,17 +159,17 @@ def credit(c: Candidate, resource: str, target: str) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def release_target(release: Mapping[str, Any], scope_facts: Any) -> tuple[float, str, dict[str, Any]] | None:
+def release_target(release: ReleaseSpec, scope_facts: Any) -> tuple[float, str, dict[str, Any]] | None:
     """How much to release, the formula in words, and its inputs; None when the rule sets no target.
 
     lowerPercent follows Koordinator's integer arithmetic: usage% = floor(used * 100 / capacity),
     release = capacity * (usage% - lower) / 100.
     """
-    resource = str(release.get("resource", "memory"))
-    if "amount" in release:
-        amount = parse_quantity(release["amount"])
-        return amount, f"amount {release['amount']}", {"amount": amount}
-    lower = release.get("lowerPercent")
+    resource = release.resource
+    if release.amount is not None:
+        amount = release.amount
+        return amount, f"amount {release.amount_text}", {"amount": amount}
+    lower = release.lower_percent
     if lower is None or resource not in RESOURCE_FACTS:
         return None
     usage_key, _, capacity_keys = RESOURCE_FACTS[resource]
@@ -373,7 +367,7 @@ class Choice:
 
 def choose(
     candidates: Sequence[Candidate],
-    params: Mapping[str, Any],
+    spec: EvictSpec,
     scope_facts: Any,
     pending: Mapping[str, float],
     rnd: Round,
@@ -387,10 +381,10 @@ def choose(
     to ``limit`` pods, minus evictions of its candidates still under way (the kubelet waits for them).
     A ``trigger`` narrows the candidates, and may impose its order and its release target.
     """
-    victims = params.get("victims") or {}
-    release_spec = params.get("release") or {}
-    resource = str(release_spec.get("resource", "memory"))
-    target_kind = str(release_spec.get("target", "usage"))
+    victims = spec.victims
+    release_spec = spec.release
+    resource = release_spec.resource
+    target_kind = release_spec.target
     allowed = trigger.allowed if trigger is not None else None
     pool = [
         c for c in candidates if eligible(c, victims) and (allowed is None or c.workload.uid in allowed)
@@ -410,7 +404,7 @@ def choose(
         ordered = sorted(fresh, key=lambda c: position[c.workload.uid])
         ranked = [(c, tuple((allowed or {}).get(c.workload.uid, {}).items())) for c in ordered]
     else:
-        ranked = rank(fresh, params.get("orderBy") or DEFAULT_ORDER)
+        ranked = rank(fresh, spec.ranking)
     chosen: list[Choice] = []
     released = pending_credit
     budget = limit if target is not None else max(limit - len(already), 0)

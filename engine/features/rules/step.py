@@ -21,10 +21,10 @@ from engine.evaluate.context import ActionContext, Generation, Match, Skipped, T
 from engine.evaluate.factview import FactViews, ScopeItems
 from engine.evaluate.handlers import HANDLERS
 from engine.evaluate.state import EngineState, item_key
+from engine.features.eviction.spec import EvictSpec
 from engine.features.rules.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key
 from engine.features.rules.conditions import comparisons
 from engine.model.facts import Snapshot
-from engine.model.units import parse_duration
 
 
 class Backend(Protocol):
@@ -77,14 +77,8 @@ class RuleTimers:
 
 def rule_cooldown(rule: Rule) -> float:
     """A rule's cooldown, or its evict action's (Katalyst and Koordinator configure it per evictor)."""
-    return max(
-        [rule.cooldown]
-        + [
-            parse_duration(str(a.params["cooldown"]))
-            for a in rule.actions
-            if a.kind == "evict" and "cooldown" in a.params
-        ]
-    )
+    evict = [a.spec.cooldown for a in rule.actions if isinstance(a.spec, EvictSpec)]
+    return max([rule.cooldown] + [c for c in evict if c is not None])
 
 
 class RuleStep:
@@ -194,7 +188,9 @@ class RuleStep:
                     Skipped(rule.name, f"action {action.kind!r} has no strategy in this version of qosd yet")
                 )
                 continue
-            acted |= handler(ActionContext(self.env, cr, action.params, snap, views, classes, matched, t))
+            acted |= handler(ActionContext(
+                    self.env, cr, action.params, action.spec, snap, views, classes, matched, t
+                ))
         for key, *_ in matched:
             timers.latched.add(item_key(rule.name, key))
         if acted:

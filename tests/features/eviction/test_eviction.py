@@ -16,6 +16,7 @@ import pytest
 from engine.config.errors import Location
 from engine.config.policy import OomPriority, QoSClass
 from engine.evaluate.factview import ItemFacts
+from engine.features.eviction.spec import Victims, compile_spec
 from engine.features.eviction.strategy import Candidate, Round, choose, eligible, rank
 from tests.builders import GiB, pod
 
@@ -148,7 +149,7 @@ def test_rank(candidates: list[Candidate], keys: tuple[str, ...], expected: list
     ],
 )
 def test_eligible(candidate: Candidate, victims: dict[str, Any], expected: bool) -> None:
-    assert eligible(candidate, victims) is expected
+    assert eligible(candidate, Victims.of(victims)) is expected
 
 
 NODE = {"memory.capacity_bytes": 100 * GiB, "memory.usage_percent": 80}
@@ -209,7 +210,7 @@ def test_choose(
     released: float | None,
 ) -> None:
     params = {"orderBy": ["-memory.usage"], **params}
-    picks, release = choose(candidates, params, NODE, pending, Round(), limit)
+    picks, release = choose(candidates, compile_spec(params), NODE, pending, Round(), limit)
     assert [p.candidate.workload.uid for p in picks] == chosen
     assert [p.rank for p in picks] == list(range(1, len(picks) + 1))
     if released is None:
@@ -221,7 +222,8 @@ def test_choose(
 def test_a_pod_chosen_by_an_earlier_rule_of_the_round_is_not_chosen_again() -> None:
     rnd = Round(chosen={"b": "earlier-rule"})
     picks, release = choose(
-        [usage("a", 3), usage("b", 8)], {"orderBy": ["-memory.usage"], "release": {"lowerPercent": 70}},
+        [usage("a", 3), usage("b", 8)],
+        compile_spec({"orderBy": ["-memory.usage"], "release": {"lowerPercent": 70}}),
         NODE, {}, rnd, 10,
     )
     # b's 8 GiB count as released already (it is going), so only a is added for the 10 GiB target

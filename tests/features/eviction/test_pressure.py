@@ -45,6 +45,7 @@ from engine.features.eviction.pressure import (
     victim_numa,
     zoneinfo_watermarks,
 )
+from engine.features.eviction.spec import ReleaseSpec
 from engine.features.eviction.strategy import release_target
 from engine.model.facts import Container, Workload
 
@@ -611,7 +612,7 @@ def test_memory_usage_release(used: int, lower: int | None, want: int | None) ->
 def test_memory_release_agrees_with_rule_path() -> None:
     """eviction.release_target (the rule path, float) gives the same target on the anchor numbers."""
     facts = {"memory.usage_bytes": 115e9, "memory.capacity_bytes": 120e9}
-    target = release_target({"resource": "memory", "lowerPercent": 78}, facts)
+    target = release_target(ReleaseSpec.of({"resource": "memory", "lowerPercent": 78}), facts)
     exact = memory_usage_release(115e9, 120 * 10**9, 80)
     assert target is not None and exact is not None
     assert int(target[0]) == exact.release == 20_400_000_000

@@ -779,7 +779,7 @@ def variant(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     durable_engine = Engine(policy, backend="durable")
     assert isinstance(durable_engine.backend, DurableBackend)
     checked = Checked(durable_engine.backend, PythonBackend(durable_engine.rules), policy)
-    durable_engine.backend = checked
+    durable_engine.rule_step.backend = checked
     node = dataclasses.replace(REFERENCE_NODE, name="diff-node", labels=variant_labels(request.param))
     conditional = {r.name for r in policy.rules if r.when is not None}
     yield Variant(request.param, node, python, durable_engine, checked, fact_plan(policy), conditional)
