@@ -49,6 +49,9 @@ from engine.config.policy import (
 from engine.config.render import ENV, RenderError
 from engine.features.class_knobs.knobs import compile_knob
 from engine.features.eviction import spec as eviction_spec
+from engine.features.memory_qos import spec as memory_guard_spec
+from engine.features.reclaim import spec as publish_spec
+from engine.features.resctrl import spec as resctrl_spec
 from engine.features.rules.conditions import (
     ORDER_OPS,
     WINDOW_HINT,
@@ -58,6 +61,7 @@ from engine.features.rules.conditions import (
     scope_of,
     window_problem,
 )
+from engine.features.suppress import spec as suppress_spec
 from engine.model.factnames import registry
 from engine.model.facts import Container, Workload
 from engine.model.node import NodeInfo
@@ -163,6 +167,12 @@ class _Checker:
                 else (f"defined {what}s: {', '.join(table) or 'none'}")
             )
             self.add(path, f"{what} {name!r} is not defined", hint)
+
+    def cgroup_path(self, path: JsonPath, what: str, value: Any) -> None:
+        _check_cgroup_path(self, path, what, value)
+
+    def quantity(self, path: JsonPath, value: Any) -> float | None:
+        return _quantity(self, path, value)
 
 
 def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
@@ -987,6 +997,10 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
 
 ACTION_SPECS: dict[str, Callable[[Mapping[str, Any]], ActionSpec]] = {
     "evict": eviction_spec.compile_spec,
+    "suppress": suppress_spec.compile_spec,
+    "memoryGuard": memory_guard_spec.compile_spec,
+    "setResctrl": resctrl_spec.compile_spec,
+    "publish": publish_spec.compile_spec,
 }
 
 
@@ -1003,18 +1017,7 @@ def _check_action(
     if kind == "evict":
         eviction_spec.check(c, p, params, when)
     elif kind == "suppress":
-        c.ref((*p, "class"), params.get("class"), c.classes, "class")
-        if "cgroup" in params:
-            _check_cgroup_path(c, (*p, "cgroup"), "suppress cgroup", params["cgroup"])
-        for field_name in ("borrowFrom", "excludeClasses"):
-            for j, name in enumerate(params.get(field_name) or []):
-                c.ref((*p, field_name, j), name, c.classes, "class")
-                if name == params.get("class"):
-                    c.add(
-                        (*p, field_name, j),
-                        f"class {name!r} is the class being suppressed",
-                        f"list other classes in {field_name}",
-                    )
+        suppress_spec.check(c, p, params)
     elif kind == "setCgroup":
         target = params.get("target") or {}
         if "class" in target:
@@ -1039,29 +1042,11 @@ def _check_action(
                 "set target: {class: <name>}, or write literal values under `values`",
             )
     elif kind == "memoryGuard":
-        _quantity(c, (*p, "minCriticalWatermark"), params.get("minCriticalWatermark"))
-        if "cgroup" in params:
-            _check_cgroup_path(c, (*p, "cgroup"), "memoryGuard cgroup", params["cgroup"])
+        memory_guard_spec.check(c, p, params)
     elif kind == "setResctrl":
-        if "class" in params:
-            c.ref((*p, "class"), params["class"], c.classes, "class")
-        if "class" not in params and "group" not in params:
-            c.add(p, "setResctrl needs a class or a group")
-        l3 = params.get("l3Percent")
-        if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
-            c.add(
-                (*p, "l3Percent"), f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end"
-            )
+        resctrl_spec.check(c, p, params)
     elif kind == "publish":
-        res = params.get("resource")
-        section = (c.spec.get("reclaim") or {}).get(res)
-        if not isinstance(section, dict) or not section.get("publishAs"):
-            c.add(
-                (*p, "resource"),
-                f"publish {res!r} needs spec.reclaim.{res}.publishAs",
-                "set the extended resource name to publish, e.g. kubernetes.io/batch-cpu",
-            )
-
+        publish_spec.check(c, p, params)
 
 def _check_cgroup_path(c: _Checker, path: JsonPath, what: str, value: Any) -> None:
     """A cgroup an action writes to, named relative to the cgroup root: refused here rather than

@@ -115,3 +115,9 @@ class Checker(Protocol):
     def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None: ...
 
     def ref(self, path: JsonPath, name: Any, table: dict[str, Any], what: str) -> None: ...
+
+    def cgroup_path(self, path: JsonPath, what: str, value: Any) -> None:
+        """Report ``value`` unless it is a usable cgroup path under the cgroup root."""
+
+    def quantity(self, path: JsonPath, value: Any) -> float | None:
+        """The quantity ``value`` in base units, or None (reported) when it is not one."""

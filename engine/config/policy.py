@@ -16,9 +16,14 @@ from typing import Any, Literal
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
 from engine.features.eviction.spec import EvictSpec
+from engine.features.memory_qos.spec import MemoryGuardSpec
+from engine.features.reclaim.spec import PublishSpec
+from engine.features.resctrl.spec import SetResctrlSpec
 from engine.features.rules.conditions import Condition
+from engine.features.suppress.spec import SuppressSpec
 
-ActionSpec = EvictSpec  # the union of every feature's action spec
+# Every feature's action spec (config/compile.py ACTION_SPECS compiles them).
+ActionSpec = EvictSpec | SuppressSpec | MemoryGuardSpec | SetResctrlSpec | PublishSpec
 
 
 def freeze(value: Any) -> Any:

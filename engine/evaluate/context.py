@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from engine.config.policy import ActionSpec, Policy
 from engine.evaluate.classify import Classifier
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from engine.features.class_knobs.step import MemoryQos, MemoryQosAsk, PodOomPriority
     from engine.features.resctrl.step import ResctrlAsk
 
+S = TypeVar("S")
 Match = tuple[str | None, Any, Workload | None, bool]  # (item key, item facts, workload, latched)
 
 
@@ -107,6 +108,13 @@ class ActionContext:
     @property
     def name(self) -> str:
         return self.rule.rule.name
+
+    def spec_as(self, kind: type[S]) -> S:
+        """This action's compiled spec, of the type its handler expects (a mismatch is a qosd bug)."""
+        spec = self.spec
+        if not isinstance(spec, kind):
+            raise TypeError(f"rule {self.name}: expected a compiled {kind.__name__}, got {spec!r}")
+        return spec
 
     def provenance(
         self, item: str | None, facts: Any, latched: bool, inputs: Mapping[str, Any] | None = None

@@ -53,16 +53,9 @@ def candidate(ctx: ActionContext, w: Workload) -> Candidate:
     return Candidate(w, ctx.views.pod(w), ctx.env.policy.class_index.get(name) if name else None)
 
 
-def evict_spec(ctx: ActionContext) -> EvictSpec:
-    spec = ctx.spec
-    if not isinstance(spec, EvictSpec):
-        raise TypeError(f"rule {ctx.name}: evict action without its compiled spec ({spec!r})")
-    return spec
-
-
 def evict(ctx: ActionContext) -> bool:
     rule = ctx.rule.rule
-    spec = evict_spec(ctx)
+    spec = ctx.spec_as(EvictSpec)
     t, matched = ctx.tick, ctx.matched
     audit = rule.mode == "audit"
     trigger_spec = spec.trigger

@@ -15,9 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine.evaluate.context import ActionContext
+from engine.features.memory_qos.spec import MemoryGuardSpec
 from engine.features.memory_qos.strategy import (
-    CRITICAL_WATERMARK_SCALE_FACTOR,
-    MIN_CRITICAL_WATERMARK,
     PAGE_SIZE,
     GuardParams,
     NumaMemory,
@@ -25,14 +24,11 @@ from engine.features.memory_qos.strategy import (
     memory_guard,
 )
 from engine.model.intents import CgroupIntent
-from engine.model.units import parse_quantity
-
-DEFAULT_RECLAIM_ROOT = "kubepods/besteffort"  # katalyst: reclaimed relative root cgroup path
 
 
 def memory_guard_action(ctx: ActionContext) -> bool:
-    params = ctx.params
-    cgroup = str(params.get("cgroup", DEFAULT_RECLAIM_ROOT))
+    spec = ctx.spec_as(MemoryGuardSpec)
+    cgroup = spec.cgroup
     node = ctx.views.node
     wsf = node.get("memory.watermark_scale_factor")
     if wsf is None:
@@ -40,12 +36,8 @@ def memory_guard_action(ctx: ActionContext) -> bool:
     guard_params = GuardParams(
         watermark_scale_factor=float(wsf),
         page_size=PAGE_SIZE,
-        min_critical_watermark=int(
-            parse_quantity(params.get("minCriticalWatermark", MIN_CRITICAL_WATERMARK))
-        ),
-        critical_watermark_scale_factor=float(
-            params.get("criticalWatermarkScaleFactor", CRITICAL_WATERMARK_SCALE_FACTOR)
-        ),
+        min_critical_watermark=spec.min_critical_watermark,
+        critical_watermark_scale_factor=spec.critical_watermark_scale_factor,
     )
     numas = [_numa(nid, facts) for nid, facts in ctx.views.numa.items()]
     guard = memory_guard(numas, guard_params)

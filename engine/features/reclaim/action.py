@@ -20,6 +20,7 @@ from engine.config.policy import Policy, ReclaimResource
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import ACTIVE_PHASES
 from engine.features.reclaim.headroom import DEDICATED_CORES, RECLAIMED_CORES, SHARED_CORES, SYSTEM_CORES
+from engine.features.reclaim.spec import PublishSpec
 from engine.features.reclaim.strategy import (
     Demand,
     PodUse,
@@ -140,7 +141,7 @@ def reserve_cpus(ctx: ActionContext) -> int | None:
 
 
 def publish(ctx: ActionContext) -> bool:
-    resource = str(ctx.params["resource"])
+    resource = ctx.spec_as(PublishSpec).resource
     reclaim = ctx.env.policy.reclaim
     spec = reclaim.cpu if resource == "cpu" else reclaim.memory
     if spec is None or not spec.publish_as:

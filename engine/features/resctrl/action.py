@@ -13,17 +13,18 @@ as a whole, whatever the rule's scope: resctrl groups are per class, not per pod
 from __future__ import annotations
 
 from engine.evaluate.context import ActionContext
-from engine.features.resctrl.step import ResctrlAsk, declared_group, percent_range
+from engine.features.resctrl.spec import SetResctrlSpec
+from engine.features.resctrl.step import ResctrlAsk, declared_group
 from engine.features.resctrl.strategy import GroupRequest
 
 
 def set_resctrl(ctx: ActionContext) -> bool:
-    p = ctx.params
-    class_name = str(p["class"]) if p.get("class") else None
+    p = ctx.spec_as(SetResctrlSpec)
+    class_name = p.class_name
     cls = ctx.env.policy.class_index.get(class_name) if class_name else None
-    group = str(p.get("group") or (declared_group(cls) if cls is not None else class_name))
-    l3 = percent_range(p.get("l3Percent"))
-    mb = p.get("mbPercent")
+    group = str(p.group or (declared_group(cls) if cls is not None else class_name))
+    l3 = p.l3_percent
+    mb = p.mb_percent
     source = f"rule {ctx.name}" + (f" (class {class_name})" if class_name else "")
     inputs = {"class": class_name, "group": group}
     ctx.tick.resctrl.append(

@@ -9,12 +9,13 @@ The intents carry every term of the arithmetic, so ``qosd explain`` can show why
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import ACTIVE_PHASES
 from engine.features.pools.step import pool_cpus
+from engine.features.suppress.spec import SuppressSpec
 from engine.features.suppress.strategy import (
     UNSET_QUOTA,
     SuppressUsage,
@@ -26,14 +27,13 @@ from engine.features.suppress.strategy import (
 from engine.model.intents import CgroupIntent
 from engine.model.units import format_cpuset, parse_cpuset
 
-DEFAULT_CGROUP = "kubepods/besteffort"
 EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
 def suppress(ctx: ActionContext) -> bool:
-    p = ctx.params
-    target = str(p["class"])
-    cgroup = str(p.get("cgroup", DEFAULT_CGROUP))
+    p = ctx.spec_as(SuppressSpec)
+    target = p.target
+    cgroup = p.cgroup
     node = ctx.views.node
     capacity = node.get("cpu.capacity_cores")
     used = node.get("cpu.usage_cores")
@@ -61,19 +61,17 @@ def suppress(ctx: ActionContext) -> bool:
         node_used_cores=float(used),
         pods=tuple(pods),
     )
-    threshold = int(p.get("thresholdPercent", 65))
-    min_percent = p.get("minPercent")
-    amount = be_suppress_amount(usage, threshold, int(min_percent) if min_percent is not None else None)
+    amount = be_suppress_amount(usage, p.threshold_percent, p.min_percent)
     observed = ctx.snap.cgroups.get(cgroup, {})
-    if str(p.get("policy", "cpuset")) == "cfsQuota":
+    if p.policy == "cfsQuota":
         current = observed.get("cpu.cfs_quota_us")
         result = suppress_cfs_quota(
             amount.milli,
             int(current) if current is not None and current.lstrip("-").isdigit() else UNSET_QUOTA,
             capacity_milli,
-            min_quota=int(p.get("minQuota", 2000)),
-            dead_band_percent=float(p.get("deadBandPercent", 1)),
-            step_percent=float(p.get("stepPercent", 10)),
+            min_quota=p.min_quota,
+            dead_band_percent=p.dead_band_percent,
+            step_percent=p.step_percent,
         )
         if result.quota is None:
             ctx.skip(f"suppress {target}: quota unchanged ({result.reason})")
@@ -84,8 +82,8 @@ def suppress(ctx: ActionContext) -> bool:
         )
         return True
     everything = frozenset(c.id for c in ctx.snap.topology.cpus)
-    held = _owned_cpus(ctx, [str(c) for c in p.get("excludeClasses") or ()])
-    lendable = _owned_cpus(ctx, [str(c) for c in p.get("borrowFrom") or ()]) - held
+    held = _owned_cpus(ctx, p.exclude_classes)
+    lendable = _owned_cpus(ctx, p.borrow_from) - held
     old_text = observed.get("cpuset.cpus")
     old = parse_cpuset(old_text) if old_text else everything - held
     result_set = suppress_cpuset(
@@ -94,8 +92,8 @@ def suppress(ctx: ActionContext) -> bool:
         old,
         lendable,
         everything - held - lendable,
-        min_cpus=int(p.get("minCpus", 2)),
-        step_percent=float(p.get("stepPercent", 10)),
+        min_cpus=p.min_cpus,
+        step_percent=p.step_percent,
     )
     if not result_set.apply:
         ctx.skip(f"suppress {target}: no CPUs could be picked; the cpuset stays {format_cpuset(old)}")
@@ -117,7 +115,7 @@ def suppress(ctx: ActionContext) -> bool:
     return True
 
 
-def _owned_cpus(ctx: ActionContext, classes: list[str]) -> frozenset[int]:
+def _owned_cpus(ctx: ActionContext, classes: Sequence[str]) -> frozenset[int]:
     """CPUs held by the pods of these classes: the pool plan's cpusets where qosd assigns them,
     otherwise what their cgroups hold now (Koordinator reads the scheduler's assignment instead)."""
     out: set[int] = set()
