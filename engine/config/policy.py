@@ -11,19 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
-from engine.features.eviction.spec import EvictSpec
-from engine.features.memory_qos.spec import MemoryGuardSpec
-from engine.features.reclaim.spec import PublishSpec
-from engine.features.resctrl.spec import SetResctrlSpec
 from engine.features.rules.conditions import Condition
-from engine.features.suppress.spec import SuppressSpec
 
-# Every feature's action spec (config/compile.py ACTION_SPECS compiles them).
-ActionSpec = EvictSpec | SuppressSpec | MemoryGuardSpec | SetResctrlSpec | PublishSpec
+if TYPE_CHECKING:
+    from engine.features.specs import ActionSpec
 
 
 def freeze(value: Any) -> Any:

@@ -75,8 +75,8 @@ from engine.features.class_knobs.knobs import (
     milli_cpu_to_quota,
     weight_to_shares,
 )
+from engine.features.memory_qos.spec import MemoryQos
 from engine.features.memory_qos.strategy import (
-    MemoryQOSConfig,
     PodMemoryInput,
     container_memory_qos,
     kube_qos_memory_qos,
@@ -90,15 +90,6 @@ RULE = "classes"  # the provenance name of class-declared knobs (not a rule the 
 
 KATALYST_DEFAULT_BURST_PERCENT = 100.0  # katalyst qrm cpu util defaultCPUBurstPercent
 
-# memoryQos fields written as given, per pod and container (koordlet makeCgroupResources).
-STATIC_MEMORY_FILES: tuple[tuple[str, str], ...] = (
-    ("wmarkRatio", "memory.wmark_ratio"),
-    ("wmarkScalePermill", "memory.wmark_scale_factor"),
-    ("wmarkMinAdj", "memory.wmark_min_adj"),
-    ("priorityEnable", "memory.use_priority_oom"),
-    ("priority", "memory.priority"),
-    ("oomKillGroup", "memory.oom.group"),
-)
 V2_ONLY_MEMORY = frozenset({"memory.min", "memory.low", "memory.high"})
 
 # Pod cgroups as the kubelet names them (cgroupfs: pod<uid>; systemd: kubepods[-<qos>]-pod<uid>.slice).
@@ -107,27 +98,6 @@ _QOS_DIR = {"Burstable": "burstable", "BestEffort": "besteffort"}
 
 
 # ---------------------------------------------------------------- memory QoS configuration
-
-
-@dataclass(frozen=True)
-class MemoryQos:
-    """A ``memoryQos`` block, compiled: the percents, the files written as given, the resource."""
-
-    percents: MemoryQOSConfig
-    files: tuple[tuple[str, str], ...] = ()
-    resource: str = "memory"
-
-    @classmethod
-    def of(cls, raw: Mapping[str, Any]) -> MemoryQos:
-        def pct(key: str) -> int | None:
-            value = raw.get(key)
-            return None if value is None else int(value)
-
-        return cls(
-            MemoryQOSConfig(pct("minLimitPercent"), pct("lowLimitPercent"), pct("throttlingPercent")),
-            tuple((file, str(int(raw[key]))) for key, file in STATIC_MEMORY_FILES if key in raw),
-            str(raw.get("resource", "memory")),
-        )
 
 
 @dataclass(frozen=True)
@@ -377,17 +347,9 @@ class ClassKnobStep:
         self._plans: dict[tuple[str, int | None], _ClassPlan] = {}
         self._memo: dict[int, _Memo] = {}
         self._run_memo: _RunMemo | None = None
-        self._asks: dict[str, MemoryQos] = {}
         self._qos_key: tuple[Any, ...] | None = None  # the kube-QoS sums of the last tick, and their inputs
         self._qos_intents: list[CgroupIntent] = []
         self._oom_sources = tuple(e.name for e in policy.enhancements if e.effect == "oomPriority")
-
-    def memory_qos_of(self, rule: str, raw: Mapping[str, Any]) -> MemoryQos:
-        """A rule's ``memoryQos``, compiled once per generation."""
-        qos = self._asks.get(rule)
-        if qos is None:
-            qos = self._asks[rule] = MemoryQos.of(raw)
-        return qos
 
     def plan(self, cls: QoSClass, version: int | None) -> _ClassPlan:
         key = (cls.name, version)
