@@ -48,10 +48,13 @@ from engine.config.policy import (
 from engine.config.render import ENV, RenderError
 from engine.features.class_knobs import spec as set_cgroup_spec
 from engine.features.class_knobs.knobs import compile_knob
+from engine.features.class_knobs.spec import ClassCpu, ClassMemory
 from engine.features.eviction import spec as eviction_spec
 from engine.features.memory_qos import spec as memory_guard_spec
+from engine.features.memory_qos.spec import MemoryQos
 from engine.features.reclaim import spec as publish_spec
 from engine.features.resctrl import spec as resctrl_spec
+from engine.features.resctrl.spec import class_resctrl
 from engine.features.rules.conditions import (
     ORDER_OPS,
     WINDOW_HINT,
@@ -462,11 +465,11 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
         protected=bool(raw.get("protected", False)),
         oom_priority=OomPriority(default, lo, hi),
         eviction_priority=raw.get("evictionPriority"),
-        cpu=freeze(cpu),
-        memory=freeze(raw.get("memory") or {}),
-        resctrl=freeze(resctrl),
+        cpu=ClassCpu.of(freeze(cpu)),
+        memory=ClassMemory.of(freeze(raw.get("memory") or {})),
+        resctrl=class_resctrl(freeze(resctrl)),
         origin=c.loc(base),
-        memory_qos=freeze(raw.get("memoryQos") or {}),
+        memory_qos=MemoryQos.of(raw["memoryQos"]) if raw.get("memoryQos") else None,
     )
 
 

@@ -1,7 +1,9 @@
-"""The setCgroup action's typed spec and its checks.
+"""Class knob specs: a class's ``cpu`` and ``memory`` sections, and the setCgroup action with its checks.
 
-The knobs are compiled here, once per generation, with the policy's cpu.weight formula; the tick
-calls them. ``target`` names one of a class (its pods' cgroups), a pool, or a cgroup path.
+A knob (``Knob``) is kept as written (a literal, ``{shares: N}``, ``{percent: P, of: ...}`` or
+``{expr: ...}``): the class-knob step compiles it per cgroup version, the setCgroup spec here once per
+generation with the policy's cpu.weight formula. ``target`` names one of a class (its pods' cgroups),
+a pool, or a cgroup path.
 """
 
 from __future__ import annotations
@@ -15,6 +17,55 @@ from engine.config.errors import Checker
 from engine.config.load import JsonPath
 from engine.features.class_knobs.knobs import KnobFn, WeightFormula, compile_knob
 from engine.features.memory_qos.spec import MemoryQos
+
+Knob = Any  # a frozen knob as written; compile_knob turns it into a function of (pod, node facts)
+
+KATALYST_DEFAULT_BURST_PERCENT = 100.0  # katalyst qrm cpu util defaultCPUBurstPercent
+
+
+@dataclass(frozen=True)
+class ClassCpu:
+    """A class's ``cpu`` section. ``idle`` is None when the class does not declare it."""
+
+    policy: str | None = None
+    pool: str | None = None
+    requires: tuple[str, ...] = ()
+    idle: bool | None = None
+    shares: Knob = None
+    weight: Knob = None
+    cfs_quota: Knob = None
+    burst: Knob = None
+    burst_policy: str | None = None
+    burst_percent: float = KATALYST_DEFAULT_BURST_PERCENT
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> ClassCpu:
+        return cls(
+            policy=raw.get("policy"),
+            pool=raw.get("pool"),
+            requires=tuple(raw.get("requires") or ()),
+            idle=raw.get("idle"),
+            shares=raw.get("shares"),
+            weight=raw.get("weight"),
+            cfs_quota=raw.get("cfsQuota"),
+            burst=raw.get("burst"),
+            burst_policy=raw.get("burstPolicy"),
+            burst_percent=float(raw.get("burstPercent", KATALYST_DEFAULT_BURST_PERCENT)),
+        )
+
+
+@dataclass(frozen=True)
+class ClassMemory:
+    """A class's ``memory`` section: per-pod memory.min/low/high and the limit, as knobs."""
+
+    min: Knob = None
+    low: Knob = None
+    high: Knob = None
+    limit: Knob = None
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> ClassMemory:
+        return cls(raw.get("min"), raw.get("low"), raw.get("high"), raw.get("limit"))
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,6 @@ from engine.model.units import int_or_none
 
 RULE = "classes"  # the provenance name of class-declared knobs (not a rule the policy can name)
 
-KATALYST_DEFAULT_BURST_PERCENT = 100.0  # katalyst qrm cpu util defaultCPUBurstPercent
-
 V2_ONLY_MEMORY = frozenset({"memory.min", "memory.low", "memory.high"})
 
 # Pod cgroups as the kubelet names them (cgroupfs: pod<uid>; systemd: kubepods[-<qos>]-pod<uid>.slice).
@@ -216,47 +214,47 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
     ctr: list[tuple[str, KnobFn]] = []
     inputs: dict[str, Any] = {"class": cls.name, "cgroupVersion": version if version else "unknown"}
     knobs_seen: list[Any] = []
-    if "idle" in cpu:
-        pod.append(("cpu.idle", _const(cpu_idle_value(cpu))))
-    share_key = "shares" if "shares" in cpu else "weight" if "weight" in cpu else None
-    if share_key is not None:
-        if cpu.get("idle") is True:
+    if cpu.idle is not None:
+        pod.append(("cpu.idle", _const(cpu_idle_value(cpu.idle))))
+    share_key, share = ("shares", cpu.shares) if cpu.shares is not None else ("weight", cpu.weight)
+    if share is not None:
+        if cpu.idle is True:
             inputs["shares"] = "not written: an idle group's weight is fixed by the kernel (cpu.idle 1)"
         else:
             file = "cpu.weight" if version == 2 else "cpu.shares"
-            pod.append((file, _share_knob(file, share_key, cpu[share_key], formula)))
-            knobs_seen.append(cpu[share_key])
+            pod.append((file, _share_knob(file, share_key, share, formula)))
+            knobs_seen.append(share)
             if file == "cpu.weight" or share_key == "weight":
                 inputs["weightFormula"] = formula
-    if "cfsQuota" in cpu:
+    if cpu.cfs_quota is not None:
         file = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
-        fn = _normalise(file, compile_knob(file, cpu["cfsQuota"], weight_formula=formula))
+        fn = _normalise(file, compile_knob(file, cpu.cfs_quota, weight_formula=formula))
         pod.append((file, fn))
         ctr.append((file, fn))
-        knobs_seen.append(cpu["cfsQuota"])
+        knobs_seen.append(cpu.cfs_quota)
     bfile = burst_file(version if version in (1, 2) else 1)
-    policy = cpu.get("burstPolicy")
-    if "burst" in cpu and policy is None:
-        fn = compile_knob(bfile, cpu["burst"], weight_formula=formula)
+    policy = cpu.burst_policy
+    if cpu.burst is not None and policy is None:
+        fn = compile_knob(bfile, cpu.burst, weight_formula=formula)
         pod.append((bfile, fn))
         ctr.append((bfile, fn))
-        knobs_seen.append(cpu["burst"])
+        knobs_seen.append(cpu.burst)
     limit_file = "memory.limit_in_bytes" if version == 1 else "memory.max"
     skipped: list[str] = []
-    for key, file in (
-        ("min", "memory.min"),
-        ("low", "memory.low"),
-        ("high", "memory.high"),
-        ("limit", limit_file),
+    for knob, file in (
+        (memory.min, "memory.min"),
+        (memory.low, "memory.low"),
+        (memory.high, "memory.high"),
+        (memory.limit, limit_file),
     ):
-        if key not in memory:
+        if knob is None:
             continue
         if version == 1 and file in V2_ONLY_MEMORY:
             skipped.append(file)
             continue
-        pod.append((file, _normalise(file, compile_knob(file, memory[key], weight_formula=formula))))
-        knobs_seen.append(memory[key])
-    qos = MemoryQos.of(cls.memory_qos) if cls.memory_qos else None
+        pod.append((file, _normalise(file, compile_knob(file, knob, weight_formula=formula))))
+        knobs_seen.append(knob)
+    qos = cls.memory_qos
     dynamic = any(isinstance(k, Mapping) and "expr" in k for k in knobs_seen)
     reads_alloc = any(isinstance(k, Mapping) and k.get("of") == "allocatable" for k in knobs_seen)
     reads_alloc |= qos is not None and bool(qos.percents.throttling_percent)
@@ -266,7 +264,7 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
         container_knobs=tuple(ctr),
         burst_file=bfile,
         burst_policy=policy,
-        burst_percent=float(cpu.get("burstPercent", KATALYST_DEFAULT_BURST_PERCENT)),
+        burst_percent=cpu.burst_percent,
         memory_qos=qos,
         v1_memory_skipped=tuple(skipped),
         dynamic=dynamic,
