@@ -1069,6 +1069,8 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     interval, labels, adapter = _common(args)
     if args.workloads is not None and not args.workloads.is_file():
         raise UsageError(f"--workloads {args.workloads}: no such file")
+    # One adapter reads resctrl's facts for every snapshot (dry run too) and applies its operations.
+    resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
     try:
         collector = standalone_collector(
             args.cgroup_root,
@@ -1076,6 +1078,7 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
             args.root or None,
             options=daemon_options(interval),
             observe=adapter.observe,
+            resctrl=resctrl.info,
         )
     except PatternError as exc:
         raise UsageError(f"--root: {exc}") from None
@@ -1085,7 +1088,6 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     if args.dry_run:
         executor = RecordingExecutor()
     else:
-        resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
         executor = NodeExecutor(
             cgroup=adapter,
             resctrl=resctrl,
@@ -1139,12 +1141,14 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         driver = detect_driver(fs.dir("", "cpu").rstrip("/")) or "systemd"
     node = NodeWatch(api, node_name)
     pods = KubePodSource(pod_reflector(api, node_name), driver)
+    resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
     collector = NodeCollector(
         pods,
         fs,
         node_name=node_name,
         options=daemon_options(interval),
         observe=adapter.observe,
+        resctrl=resctrl.info,
     )
     events = EventRecorder(api, host=node_name)
     policies = PolicyWatch(api)
@@ -1155,7 +1159,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         kube_ops = KubeOperations(api, node_name, events, node.node)
         executor = NodeExecutor(
             cgroup=adapter,
-            resctrl=ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks),
+            resctrl=resctrl,
             others=kube_ops.handlers(),
         )
     watch = _watch_files(args)

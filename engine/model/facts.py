@@ -157,6 +157,8 @@ class ResctrlInfo:
     shareable_bits: str = ""  # info/L3/shareable_bits: ways other agents (GPU, I/O) may also use
     delay_linear: bool = True
     groups: Mapping[str, str] = field(default_factory=dict)  # observed: group -> schemata text
+    # Where resctrl was looked for (``qosd run --resctrl-root``), so a note about it names that place.
+    root: str = "/sys/fs/resctrl"
 
 
 NO_RESCTRL = ResctrlInfo(mounted=False)
