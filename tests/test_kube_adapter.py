@@ -24,13 +24,14 @@ from engine.kube.client import COMPONENT, REPORTING_CONTROLLER, Backoff
 from engine.kube.events import EventRecorder, ObjectRef
 from engine.model.facts import Workload
 from engine.model.operations import (
+    DEFAULT_GRACE_SECONDS,
     EmitEvent,
     EvictPod,
     PublishNodeResource,
     SetNodeCondition,
     SetNodeTaint,
 )
-from engine.plan.planner import DEFAULT_GRACE_SECONDS, deletion_grace
+from engine.plan.planner import deletion_grace
 
 NODE = "node-a"
 RECLAIMED_CPU = "resource.katalyst.kubewharf.io/reclaimed_millicpu"

@@ -16,6 +16,7 @@ from engine.config.policy import Policy
 from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, ResctrlIntent
 from engine.model.operations import (
+    DEFAULT_GRACE_SECONDS,
     AssignTasks,
     CreateResctrlGroup,
     EmitEvent,
@@ -176,9 +177,6 @@ def _resctrl_ops(
         if intent.cgroups:
             out.append(AssignTasks(intent.group, intent.cgroups, rule))
     return out
-
-
-DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
 
 
 def deletion_grace(requested: int | None, workload: Workload | None) -> int | None:

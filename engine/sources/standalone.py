@@ -325,6 +325,11 @@ class StandaloneSource:
         self._last = tuple(fresh.values())
         return self._last
 
+    def cgroup_of(self, uid: str) -> str | None:
+        """The cgroup path of the workload with this uid, None when it is not discovered (any more)."""
+        w = self._known.get(uid)
+        return w.cgroup_path if w is not None else None
+
     def entry_for(self, rel: str) -> Entry | None:
         parts = rel.split("/")
         return next((e for pattern, e in self.entries if _matches(pattern, parts)), None)
