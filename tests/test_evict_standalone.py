@@ -247,3 +247,29 @@ def test_qosd_run_evicts_for_real_and_records_it_only_once_the_processes_are_gon
     assert f"- Started evicting {tree.name}/batch (" in out
     assert f"- Evicted {tree.name}/batch (rule evict-batch, started in an earlier tick): evicted" in out
     d.shutdown()
+
+
+def test_cgroup_v2_freezes_for_sigterm_and_writes_cgroup_kill_for_sigkill(tmp_path: Path) -> None:
+    """cgroup v2, on a fake tree with the kernel's file names (this machine's workloads are on v1):
+    SIGTERM goes to each listed process with ``cgroup.freeze`` set around it, SIGKILL is one write
+    of ``cgroup.kill``, which the kernel applies to the whole subtree. The listed process is real."""
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+    group = tmp_path / "batch"
+    (group / "child").mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        (group / "cgroup.procs").write_text("")
+        (group / "child" / "cgroup.procs").write_text(f"{sleeper.pid}\n")
+        (group / "cgroup.freeze").write_text("")
+        (group / "cgroup.events").write_text("populated 1\nfrozen 1\n")  # the kernel's answer to a freeze
+        (group / "cgroup.kill").write_text("")
+        signals = Signals(CgroupFS.detect(tmp_path))
+        assert signals.procs("batch") == {sleeper.pid}
+        assert signals.send("batch", signal.SIGTERM) == (1, "frozen (cgroup.freeze)")
+        assert sleeper.wait(BOUND) == -signal.SIGTERM
+        assert (group / "cgroup.freeze").read_text() == "0"  # thawed again
+        assert signals.send("batch", signal.SIGKILL) == (1, "cgroup.kill")
+        assert (group / "cgroup.kill").read_text() == "1"
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -35,6 +35,7 @@ class Finishing(Protocol):
 
     def wait(self, timeout: float) -> bool: ...
 
+
 log = logging.getLogger("qosd.adapters")
 
 
