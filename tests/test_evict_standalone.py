@@ -273,3 +273,29 @@ def test_cgroup_v2_freezes_for_sigterm_and_writes_cgroup_kill_for_sigkill(tmp_pa
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.parametrize(
+    ("status", "kept"),
+    [
+        ("started", True),
+        ("applied", True),
+        ("vanished", True),
+        ("failed", False),
+        ("skipped", False),
+        ("deferred", False),
+    ],
+)
+def test_the_engine_forgets_an_eviction_that_was_not_carried_out(status: str, kept: bool) -> None:
+    """An eviction record counts the pod as released; one not carried out (failed at the start, or
+    later when its processes outlived SIGKILL; skipped; deferred) must not, so a later round may
+    choose again."""
+    from engine.daemon import _unrecord_refused
+    from engine.evaluate.state import EngineState, Evicting
+
+    state = EngineState(
+        evicting={OP.uid: Evicting(1.0, OP.rule, "memory", 1.0), "other": Evicting(1.0, "r", "memory", 1.0)}
+    )
+    after = _unrecord_refused(state, [OperationResult(OP, status)])  # type: ignore[arg-type]
+    assert (OP.uid in after.evicting) is kept
+    assert "other" in after.evicting
