@@ -137,6 +137,7 @@ class Signals:
             freezer if freezer is not None else _freezer_mount(fs.root) if fs.version == 1 else None
         )
         self.created: set[str] = set()  # freezer cgroups made for an eviction, removed after it
+        self._created_lock = threading.Lock()  # the tick starts evictions, the worker ends them
 
     def base(self, path: str) -> str:
         """The workload's directory in the hierarchy its processes are listed in (v1: cpu's)."""
@@ -166,20 +167,26 @@ class Signals:
         for part in path.strip("/").split("/"):
             step = f"{step}/{part}"
             if not os.path.isdir(step):
-                os.mkdir(step)
-                self.created.add(step)
+                try:
+                    os.mkdir(step)
+                except FileExistsError:
+                    continue  # made meanwhile, by someone else: not ours to remove
+                with self._created_lock:
+                    self.created.add(step)
         try:
             _write(f"{frozen}/freezer.state", "FROZEN")
             pids = self._gather(path, frozen)
-            _wait_state(f"{frozen}/freezer.state", "FROZEN")
-            return _kill_all(pids, sig), "frozen (freezer.state)"
+            how = "frozen (freezer.state)"
+            if not _reaches(f"{frozen}/freezer.state", "FROZEN"):
+                # A task in uninterruptible sleep delays the freeze: signal anyway, sweep again later.
+                how = f"not all frozen within {FREEZE_TIMEOUT:g}s (a task in uninterruptible sleep?)"
+            return _kill_all(pids, sig), how
         finally:
             _write(f"{frozen}/freezer.state", "THAWED")
 
     def _gather(self, path: str, frozen: str) -> set[int]:
         """Move every process of the workload into the frozen freezer cgroup; a task moved there
         stops, so only the not yet moved can fork, and each round moves what they forked."""
-        pids: set[int] = set()
         for _ in range(GATHER_ROUNDS):
             outside = self.procs(path) - _subtree_procs(frozen)
             if not outside:
@@ -190,7 +197,6 @@ class Signals:
                 except OSError as exc:
                     if exc.errno != errno.ESRCH:  # exited meanwhile: churn
                         raise
-            pids |= outside
         raise OSError(
             errno.EAGAIN, f"processes kept forking faster than {GATHER_ROUNDS} rounds gathered them"
         )
@@ -200,11 +206,12 @@ class Signals:
         if self.freezer is None:
             return
         frozen = f"{self.freezer}/{path.strip('/')}"
-        mine = [d for d in self.created if frozen == d or frozen.startswith(d + "/")]
-        for directory in sorted(mine, key=len, reverse=True):
-            with contextlib.suppress(OSError):  # still in use by another eviction: its release removes it
-                os.rmdir(directory)
-                self.created.discard(directory)
+        with self._created_lock:
+            mine = [d for d in self.created if frozen == d or frozen.startswith(d + "/")]
+            for directory in sorted(mine, key=len, reverse=True):
+                with contextlib.suppress(OSError):  # in use by another eviction: its release removes it
+                    os.rmdir(directory)
+                    self.created.discard(directory)
 
 
 def _subtree_procs(base: str) -> set[int]:
@@ -235,15 +242,16 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _wait_state(path: str, want: str) -> None:
-    """Until ``path`` reads ``want`` (FREEZING becomes FROZEN once every task stopped)."""
+def _reaches(path: str, want: str) -> bool:
+    """Whether ``path`` reads ``want`` within FREEZE_TIMEOUT (FREEZING becomes FROZEN once every
+    task stopped)."""
     deadline = time.monotonic() + FREEZE_TIMEOUT
     while True:
         with open(path) as fh:
             if fh.read().strip() == want:
-                return
+                return True
         if time.monotonic() > deadline:
-            raise OSError(errno.ETIMEDOUT, f"{path} did not reach {want} within {FREEZE_TIMEOUT:g}s")
+            return False
         time.sleep(0.005)
 
 
