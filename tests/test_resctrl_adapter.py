@@ -34,10 +34,10 @@ from engine.adapters.executor import NodeExecutor
 from engine.adapters.fsio import FileIO
 from engine.adapters.mounts import CgroupLayout
 from engine.adapters.resctrl import ResctrlAdapter
+from engine.features.resctrl.strategy import Capabilities, changed_lines, l3_cbm, mba_value, schemata_for
 from engine.model.intents import Provenance, ResctrlIntent
 from engine.model.operations import AssignTasks, CreateResctrlGroup, RemoveResctrlGroup, WriteSchemata
 from engine.plan.planner import Guards, plan
-from engine.strategies.resctrl import Capabilities, changed_lines, l3_cbm, mba_value, schemata_for
 from tests.builders import policy
 
 

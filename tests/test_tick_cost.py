@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 import engine.adapters.cgroup as cgroup_module
-import engine.evaluate.pools as pools_module
+import engine.features.pools.step as pools_module
 from engine.adapters.cgroup import DIR_TTL, CgroupAdapter
 from engine.adapters.mounts import CgroupLayout
 from engine.config.pipeline import build_policy, load_documents

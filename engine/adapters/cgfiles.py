@@ -37,9 +37,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.model.node import NodeInfo
-from engine.model.units import format_cpuset, int_or_none, parse_cpuset
-from engine.strategies.knobs import (
+from engine.features.class_knobs.knobs import (
     SHARES_MAX,
     SHARES_MIN,
     WEIGHT_MAX,
@@ -48,6 +46,8 @@ from engine.strategies.knobs import (
     shares_to_weight,
     weight_to_shares,
 )
+from engine.model.node import NodeInfo
+from engine.model.units import format_cpuset, int_or_none, parse_cpuset
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # A page counter's maximum: LONG_MAX in whole pages, which v1 prints for "unlimited".

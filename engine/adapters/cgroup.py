@@ -59,8 +59,8 @@ from engine.adapters.fsio import (
 )
 from engine.adapters.mounts import CgroupLayout
 from engine.adapters.result import OperationResult
+from engine.features.class_knobs.knobs import WeightFormula
 from engine.model.operations import Operation, WriteCgroup
-from engine.strategies.knobs import WeightFormula
 
 log = logging.getLogger("qosd.adapters.cgroup")
 

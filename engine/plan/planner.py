@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.policy import Policy
+from engine.features.resctrl.strategy import changed_lines
 from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, ResctrlIntent
 from engine.model.operations import (
@@ -29,7 +30,6 @@ from engine.model.operations import (
     WriteSchemata,
 )
 from engine.plan.cgroups import Desired, order_writes
-from engine.strategies.resctrl import changed_lines
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from engine.config.conditions import comparisons
 from engine.config.policy import Policy
+from engine.features.rules.conditions import comparisons
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
 from engine.sources.cgroupfs import CgroupFS, CgroupMetrics, CgroupOptions, Observer
 from engine.sources.files import PinnedReader, Reader, TickReader
