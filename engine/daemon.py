@@ -68,11 +68,11 @@ from prometheus_client import (
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
 from engine.adapters.fsio import errno_name, open_nofollow
-from engine.adapters.mounts import CgroupUnavailable
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
 from engine.argtypes import cgroup_pattern, duration, integer, listen_address, profile
+from engine.cgroups.mounts import CgroupUnavailable
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, node_labels
 from engine.evaluate.engine import Engine
@@ -1104,8 +1104,8 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
     the node's QoSNodeStatus (and, when elected, every QoSPolicy's status) report what runs."""
     from kubernetes.config import ConfigException
 
-    from engine.adapters.cgpaths import detect_driver
     from engine.adapters.kube import KubeOperations
+    from engine.cgroups.paths import detect_driver
     from engine.kube.client import load_api_client
     from engine.kube.events import EventRecorder
     from engine.kube.reflector import ReflectorCollector

@@ -17,10 +17,10 @@ import pytest
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
-from engine.adapters.mounts import CgroupLayout
 from engine.adapters.recorder import RecordingExecutor
+from engine.cgroups.mounts import CgroupLayout
+from engine.cgroups.weight import shares_to_weight, weight_to_shares
 from engine.model.operations import EvictPod, Operation, WriteCgroup
-from engine.strategies.knobs import shares_to_weight, weight_to_shares
 
 POD = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b_3c4d.slice"
 CTR = f"{POD}/cri-containerd-c0ffee.scope"

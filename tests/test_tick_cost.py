@@ -34,7 +34,7 @@ import pytest
 import engine.adapters.cgroup as cgroup_module
 import engine.evaluate.pools as pools_module
 from engine.adapters.cgroup import DIR_TTL, CgroupAdapter
-from engine.adapters.mounts import CgroupLayout
+from engine.cgroups.mounts import CgroupLayout
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.model.facts import Container, Snapshot, Workload

@@ -32,11 +32,11 @@ import yaml
 from bench.fuzz.mutate import Mutated, collect_keys, mutate
 from bench.fuzz.oracle import AcceptedButFailed, OtherEntry
 from engine import ruletest
-from engine.adapters.cgfiles import controller_of, host_files
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
-from engine.adapters.mounts import V1_CONTROLLERS, CgroupLayout
 from engine.adapters.result import OperationResult
+from engine.cgroups.files import controller_of, host_files
+from engine.cgroups.mounts import V1_CONTROLLERS, CgroupLayout
 from engine.cli import build_parser
 from engine.config.errors import PolicyError
 from engine.config.load import Document, Layer

@@ -1,9 +1,9 @@
 """The cgroup adapter: observes and writes cgroup files on v1, hybrid and v2 hosts. It decides nothing.
 
-- **Names**: operations name *logical* files in either dialect; :mod:`engine.adapters.cgfiles` maps
+- **Names**: operations name *logical* files in either dialect; :mod:`engine.cgroups.files` maps
   them to the host's files and formats (``cpu.shares`` on v2 becomes ``cpu.weight``, ``cpu.max`` on
   v1 becomes quota and period). Which hierarchy holds a controller comes from
-  :class:`~engine.adapters.mounts.CgroupLayout`.
+  :class:`~engine.cgroups.mounts.CgroupLayout`.
 - **Read-compare-write**: every write is preceded by a read of the host file and happens only when
   the value differs by meaning, so a steady state writes nothing even when the planner's view was
   a tick old. Operations are executed strictly in the order given: the planner orders parents and
@@ -33,14 +33,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.adapters.cgfiles import (
-    CPUSET_FILES,
-    TranslationError,
-    controller_of,
-    from_host,
-    host_files,
-    to_host,
-)
 from engine.adapters.fsio import (
     DENIED,
     GONE,
@@ -57,10 +49,18 @@ from engine.adapters.fsio import (
     relative_parts,
     symlink_refused,
 )
-from engine.adapters.mounts import CgroupLayout
 from engine.adapters.result import OperationResult
+from engine.cgroups.files import (
+    CPUSET_FILES,
+    TranslationError,
+    controller_of,
+    from_host,
+    host_files,
+    to_host,
+)
+from engine.cgroups.mounts import CgroupLayout
+from engine.cgroups.weight import WeightFormula
 from engine.model.operations import Operation, WriteCgroup
-from engine.strategies.knobs import WeightFormula
 
 log = logging.getLogger("qosd.adapters.cgroup")
 

@@ -9,7 +9,7 @@ logical dialect, so the planner compares like with like on any node:
 ===================== ============================ ===============================================
 v1                    v2                           value
 ===================== ============================ ===============================================
-cpu.shares            cpu.weight                   shares <-> weight (strategies.knobs formulas)
+cpu.shares            cpu.weight                   shares <-> weight (cgroups.weight formulas)
 cpu.cfs_quota_us      cpu.max (first field)        -1 <-> max
 cpu.cfs_period_us     cpu.max (second field)       us
 cpu.cfs_burst_us      cpu.max.burst                us
@@ -37,17 +37,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.model.node import NodeInfo
-from engine.model.units import format_cpuset, int_or_none, parse_cpuset
-from engine.strategies.knobs import (
+from engine.cgroups.weight import (
     SHARES_MAX,
     SHARES_MIN,
     WEIGHT_MAX,
     WEIGHT_MIN,
     WeightFormula,
+    clamp_shares,
     shares_to_weight,
     weight_to_shares,
 )
+from engine.model.node import NodeInfo
+from engine.model.units import format_cpuset, int_or_none, parse_cpuset
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # A page counter's maximum: LONG_MAX in whole pages, which v1 prints for "unlimited".
@@ -327,7 +328,7 @@ def canonical(file: str, text: str) -> object:
         return _memory(t)
     if file == "cpu.shares":
         n = int_or_none(t)
-        return t if n is None or n < 0 else min(max(n, SHARES_MIN), SHARES_MAX)
+        return t if n is None or n < 0 else clamp_shares(n)
     if file == "cpu.cfs_quota_us":
         n = int_or_none(t)
         return t if n is None else (-1 if n < 0 else n)

@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, cast, get_args
 
+from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA, WeightFormula, weight_to_shares
 from engine.config.policy import Policy, QoSClass
 from engine.config.render import RenderError
 from engine.evaluate.classify import Classified, Classifier
@@ -64,19 +65,16 @@ from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
 from engine.model.units import int_or_none
 from engine.strategies.knobs import (
-    DEFAULT_WEIGHT_FORMULA,
     IGNORE_OOM_PRIORITY,
     PERIOD_US,
     KatalystBurstPolicy,
     KnobFn,
-    WeightFormula,
     burst_file,
     compile_knob,
     cores_to_milli,
     cpu_idle_value,
     katalyst_burst_us,
     milli_cpu_to_quota,
-    weight_to_shares,
 )
 from engine.strategies.memory_qos import (
     MemoryQOSConfig,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.adapters.cgpaths import (
+from engine.cgroups.mounts import CgroupLayout, CgroupUnavailable, parse_mountinfo
+from engine.cgroups.paths import (
     cgroup_name_to_path,
     cgroup_path_problem,
     container_dir,
@@ -20,7 +21,6 @@ from engine.adapters.cgpaths import (
     pod_path,
     qos_path,
 )
-from engine.adapters.mounts import CgroupLayout, CgroupUnavailable, parse_mountinfo
 
 UID = "1a2b3c4d-0000-4e5f-8a9b-0123456789ab"
 UID_ = "1a2b3c4d_0000_4e5f_8a9b_0123456789ab"
