@@ -1071,7 +1071,7 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
         raise UsageError(f"--workloads {args.workloads}: no such file")
     try:
         collector = standalone_collector(
-            args.cgroup_root,
+            adapter.layout,  # one detection: the collector reads the hierarchy the adapter writes
             args.workloads,
             args.root or None,
             options=daemon_options(interval),
@@ -1110,7 +1110,6 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
     from engine.kube.events import EventRecorder
     from engine.kube.reflector import ReflectorCollector
     from engine.kube.status import NodeStatusWriter, PolicyStatusAggregator, PolicyStatusController
-    from engine.sources.cgroupfs import CgroupFS
     from engine.sources.kubenode import NodeWatch
     from engine.sources.kubepods import KubePodSource, pod_reflector
     from engine.sources.policies import PolicyWatch
@@ -1130,10 +1129,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         where = f"--kubeconfig {args.kubeconfig}" if args.kubeconfig else "in-cluster / $KUBECONFIG"
         why = str(exc) if isinstance(exc, ConfigException | OSError) else f"{type(exc).__name__}: {exc}"
         raise UsageError(f"cannot configure the Kubernetes client ({where}): {why}") from None
-    try:
-        fs = CgroupFS.detect(args.cgroup_root)
-    except (CgroupUnavailable, OSError) as exc:
-        raise UsageError(f"--cgroup-root {args.cgroup_root}: {exc}") from None
+    fs = adapter.layout  # one detection: the collector reads the hierarchy the adapter writes
     driver = args.cgroup_driver
     if driver == "auto":
         driver = detect_driver(fs.dir("", "cpu").rstrip("/")) or "systemd"

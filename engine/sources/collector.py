@@ -46,10 +46,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from engine.cgroups.mounts import CgroupLayout
 from engine.config.conditions import comparisons
 from engine.config.policy import Policy
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
-from engine.sources.cgroupfs import CgroupFS, CgroupMetrics, CgroupOptions, Observer
+from engine.sources.cgroupfs import CgroupMetrics, CgroupOptions, Observer
 from engine.sources.files import PinnedReader, Reader, TickReader
 from engine.sources.procfs import ProcSource, psi_facts
 from engine.sources.sysfs import TopologySource
@@ -291,7 +292,7 @@ class NodeCollector:
     def __init__(
         self,
         workloads: WorkloadSource,
-        cgroup: CgroupFS,
+        cgroup: CgroupLayout,
         *,
         procfs: Path = Path("/proc"),
         sysfs: Path = Path("/sys"),
