@@ -983,7 +983,7 @@ class CollectorSource:
 
     def __init__(self, collector: NodeCollector, adapter: CgroupAdapter | None = None):
         self.collector = collector
-        self.adapter = adapter  # its shares<->weight translation follows the policy's formula
+        self.adapter = adapter
         collector.prime()
 
     def collect(self) -> Snapshot:
@@ -992,12 +992,13 @@ class CollectorSource:
     def adopt(self, engine: Engine) -> None:
         classify = engine.classifier.classify
         self.collector.use_policy(engine.policy, lambda w: classify(w).class_name)
-        if self.adapter is not None:
-            self.adapter.weight_formula = engine.policy.weight_formula
 
     def observe(self, wanted: Mapping[str, Sequence[str]]) -> Mapping[str, Mapping[str, str]]:
-        # The adapter reads the host files of logical names, exactly as it will compare on write.
-        return self.adapter.observe(wanted) if self.adapter is not None else {}
+        # The adapter reads the host files of logical names, exactly as it will compare on write
+        # (share files by the formula of the generation the collector last adopted).
+        if self.adapter is None:
+            return {}
+        return self.adapter.observe(wanted, self.collector.weight_formula)
 
     def applied(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
         self.collector.track(

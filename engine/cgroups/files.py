@@ -64,6 +64,8 @@ V1_TO_V2 = {
     "tasks": "cgroup.threads",
 }
 V2_TO_V1 = {v: k for k, v in V1_TO_V2.items()}
+# The files whose translation to the other version needs a shares <-> weight formula.
+SHARE_FILES = frozenset({"cpu.shares", "cpu.weight"})
 CPU_MAX_PARTS = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
 
 CPUSET_FILES = frozenset(

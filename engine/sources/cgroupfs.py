@@ -44,7 +44,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from engine.cgroups.files import SHARE_FILES
 from engine.cgroups.mounts import CgroupLayout
+from engine.cgroups.weight import WeightFormula
 from engine.model.units import int_or_none
 from engine.sources.files import Reader, read_many
 from engine.sources.procfs import MIN_WINDOW_SECONDS, psi_facts, rate
@@ -331,6 +333,9 @@ class _Seen:
 
 
 Pair = tuple[str, str]
+Translate = Callable[[Mapping[str, Sequence[str]], WeightFormula | None], Mapping[str, Mapping[str, str]]]
+"""The cgroup adapter's ``observe``: logical file names per path, and the weight formula to read
+share files of the other cgroup version by."""
 
 
 class _Layout:
@@ -374,7 +379,7 @@ class Observer:
         fs: CgroupLayout,
         reader: Reader,
         every: int = 1,
-        translate: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
+        translate: Translate | None = None,
     ) -> None:
         self.fs = fs
         self.reader = reader
@@ -382,6 +387,7 @@ class Observer:
         # The cgroup adapter's observe(): reads the host files of logical names (cpu.shares on a v2
         # host reads cpu.weight) so the planner compares like with like. Without it: names as given.
         self.translate = translate
+        self._formula: WeightFormula | None = None  # the formula the share files were last read by
         self._seen: dict[Pair, _Seen] = {}
         self._layout: _Layout | None = None
         self._forced: dict[Pair, _Seen] = {}  # due at the next observe whatever their phase
@@ -403,11 +409,19 @@ class Observer:
         if seen is not None:
             self._forced[path, file] = seen
 
-    def observe(self, pairs: Sequence[Pair], tick: int = 0) -> Mapping[str, Mapping[str, str]]:
+    def observe(
+        self, pairs: Sequence[Pair], tick: int = 0, formula: WeightFormula | None = None
+    ) -> Mapping[str, Mapping[str, str]]:
+        """The current values of ``pairs``; share files translated from the other cgroup version
+        read by ``formula``, the caller's policy generation (a new formula re-reads them at once)."""
         every = max(self.every, 1)
         layout = self._layout
         if layout is None or layout.pairs is not pairs or layout.every != every or isinstance(pairs, list):
             layout = self._relayout(pairs, every)
+        if formula != self._formula:
+            self._formula = formula
+            if self.translate is not None:
+                self._forced.update((p, s) for p, s in self._seen.items() if p[1] in SHARE_FILES)
         due = self._forced
         self._forced = {}
         if every == 1:
@@ -467,7 +481,7 @@ class Observer:
             asked: dict[str, list[str]] = {}
             for path, file in due:
                 asked.setdefault(path, []).append(file)
-            found = self.translate(asked)
+            found = self.translate(asked, self._formula)
             for (path, file), s in due.items():
                 value = found.get(path, NO_VALUES).get(file)
                 if value != s.value:

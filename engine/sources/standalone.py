@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from functools import cache
@@ -41,6 +41,7 @@ from engine.config.unitcheck import schema_file, unit_problems
 from engine.model.facts import Container, Workload
 from engine.model.units import parse_quantity
 from engine.resources import data_dir
+from engine.sources.cgroupfs import Translate
 from engine.sources.collector import CollectorOptions, NodeCollector
 
 API_VERSION = "qosd.io/v1alpha1"
@@ -376,7 +377,7 @@ def standalone_collector(
     node_name: str | None = None,
     node_labels: Mapping[str, str] | None = None,
     options: CollectorOptions | None = None,
-    observe: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
+    observe: Translate | None = None,
 ) -> NodeCollector:
     """The node collector of ``qosd run`` without Kubernetes (``roots`` overrides the file's).
 
