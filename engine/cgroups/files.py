@@ -54,19 +54,23 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # A page counter's maximum: LONG_MAX in whole pages, which v1 prints for "unlimited".
 UNLIMITED_BYTES = (2**63 - 1) // PAGE_SIZE * PAGE_SIZE
 
-V1_TO_V2 = {
-    "cpu.shares": "cpu.weight",
-    "cpu.cfs_burst_us": "cpu.max.burst",
-    "memory.limit_in_bytes": "memory.max",
-    "memory.usage_in_bytes": "memory.current",
-    "cpuset.effective_cpus": "cpuset.cpus.effective",
-    "cpuset.effective_mems": "cpuset.mems.effective",
-    "tasks": "cgroup.threads",
+RENAMES: Mapping[tuple[str, ...], str] = {
+    # The one table pairing the two versions' names: v1 file(s) -> the v2 file holding them. Every
+    # name not listed is the same on both. Values convert as the module docstring's table says.
+    ("cpu.shares",): "cpu.weight",
+    ("cpu.cfs_quota_us", "cpu.cfs_period_us"): "cpu.max",
+    ("cpu.cfs_burst_us",): "cpu.max.burst",
+    ("memory.limit_in_bytes",): "memory.max",
+    ("memory.usage_in_bytes",): "memory.current",
+    ("cpuset.effective_cpus",): "cpuset.cpus.effective",
+    ("cpuset.effective_mems",): "cpuset.mems.effective",
+    ("tasks",): "cgroup.threads",
 }
+V1_TO_V2 = {v1s[0]: v2 for v1s, v2 in RENAMES.items() if len(v1s) == 1}
 V2_TO_V1 = {v: k for k, v in V1_TO_V2.items()}
 # The files whose translation to the other version needs a shares <-> weight formula.
 SHARE_FILES = frozenset({"cpu.shares", "cpu.weight"})
-CPU_MAX_PARTS = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+CPU_MAX_PARTS = next(v1s for v1s, v2 in RENAMES.items() if v2 == "cpu.max")  # quota, period
 
 CPUSET_FILES = frozenset(
     {

@@ -11,6 +11,10 @@ else v2 where the unified mount offers it. That is what the kernel does (a contr
 one hierarchy) and it covers the rare hybrid host that moved one controller to cgroup2. Only mounts
 at or below the configured root count, so a DaemonSet that mounts the host's cgroupfs at
 ``/host-cgroup`` sees the host and not its own container.
+
+This is qosd's one v1/v2 detector: ``qosd run`` detects once and hands the same layout to the cgroup
+adapter (writes) and the node collector (usage, memory and observed values: ``dir``, ``file``), so
+reads and writes never disagree about where a controller is.
 """
 
 from __future__ import annotations

@@ -219,6 +219,30 @@ def test_no_cgroup_mount_is_a_clear_error() -> None:
         CgroupLayout.from_mounts("/srv", parse_mountinfo(HYBRID))
 
 
+@pytest.mark.parametrize(
+    ("table", "controllers", "version", "file", "on_disk"),
+    [
+        (HYBRID, [], 1, "cpuacct.usage", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpuacct.usage"),
+        (HYBRID, [], 1, "cpu.stat", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.stat"),
+        (HYBRID, [], 1, "memory.stat", "/sys/fs/cgroup/memory/kubepods/pod1/memory.stat"),
+        (HYBRID, [], 1, "cgroup.procs", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cgroup.procs"),
+        # no v1 io hierarchy: the core one, where the file is then simply absent
+        (HYBRID, [], 1, "io.pressure", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/io.pressure"),
+        (V2, ["cpu", "memory"], 2, "memory.stat", "/sys/fs/cgroup/kubepods/pod1/memory.stat"),
+        (V2, ["cpu", "memory"], 2, "io.pressure", "/sys/fs/cgroup/kubepods/pod1/io.pressure"),
+    ],
+)
+def test_the_layout_says_where_each_file_of_a_cgroup_is(
+    table: str, controllers: list[str], version: int, file: str, on_disk: str
+) -> None:
+    """The one detection serves reads (sources) as it serves writes (the adapter)."""
+    layout = CgroupLayout.from_mounts("/sys/fs/cgroup", parse_mountinfo(table), unified_controllers=controllers)
+    assert layout.version == version
+    assert layout.file("/kubepods/pod1/", file) == on_disk
+    assert layout.relative(on_disk.rsplit("/", 1)[0]) == "kubepods/pod1"
+    assert layout.relative("/srv/kubepods") is None
+
+
 @pytest.mark.cgroupmount
 def test_detect_reads_this_machine() -> None:
     """The live mount table parses, whatever this host runs."""
