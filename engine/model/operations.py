@@ -7,6 +7,8 @@ from typing import Any
 
 from engine.cgroups.weight import WeightFormula
 
+DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
+
 
 @dataclass(frozen=True)
 class EvictPod:
