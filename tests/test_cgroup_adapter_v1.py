@@ -19,7 +19,7 @@ import pytest
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.fsio import Retry
-from engine.features.class_knobs.knobs import weight_to_shares
+from engine.cgroups.weight import weight_to_shares
 from engine.model.operations import WriteCgroup
 from engine.model.units import parse_cpuset
 from engine.plan.cgroups import Desired, order_writes

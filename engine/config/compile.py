@@ -19,8 +19,8 @@ from typing import Any, overload
 from jinja2 import TemplateSyntaxError, meta
 from jinja2.exceptions import SecurityError
 
-from engine.adapters.cgfiles import VALUE_FORMATS, burst_problem, value_problem
-from engine.adapters.cgpaths import cgroup_path_problem
+from engine.cgroups.files import VALUE_FORMATS, burst_problem, value_problem
+from engine.cgroups.paths import cgroup_path_problem
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
@@ -1034,14 +1034,14 @@ def _check_action(
 
 def _check_cgroup_path(c: _Checker, path: JsonPath, what: str, value: Any) -> None:
     """A cgroup an action writes to, named relative to the cgroup root: refused here rather than
-    at every write (adapters/cgpaths.cgroup_path_problem says what a usable path looks like)."""
+    at every write (cgroups/paths.cgroup_path_problem says what a usable path looks like)."""
     bad = cgroup_path_problem(str(value))
     if bad:
         c.add(path, f"{what} {short(value)}: {bad}")
 
 
 def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> str | None:
-    """A literal setCgroup value must be what its file accepts (adapters/cgfiles.VALUE_FORMATS),
+    """A literal setCgroup value must be what its file accepts (cgroups/files.VALUE_FORMATS),
     so that it cannot fail every tick at write time. The text checked is the text written: the knob
     compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
     tick time. Returns the text when it is valid."""

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from engine.cgroups.weight import WeightFormula
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
 from engine.features.rules.conditions import Condition
@@ -307,8 +308,8 @@ class Policy:
     origin_tree: Mapping[JsonPath, Location]
     generation: int = 0
     pressure: Pressure = field(default_factory=Pressure)
-    # spec.cgroup.weightFormula: how cpu.shares become cpu.weight; None = knobs.DEFAULT_WEIGHT_FORMULA.
-    weight_formula: Literal["linear", "quadratic"] | None = None
+    # spec.cgroup.weightFormula: how cpu.shares become cpu.weight; None: the default formula.
+    weight_formula: WeightFormula | None = None
     class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)
     enhancement_index: Mapping[str, Enhancement] = field(
         default_factory=lambda: EMPTY, compare=False, init=False

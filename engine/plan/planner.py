@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.cgroups.files import SHARE_FILES
+from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA
 from engine.config.policy import Policy
 from engine.features.resctrl.strategy import changed_lines
 from engine.model.facts import Workload
@@ -144,8 +146,11 @@ def plan(
         seen.add(key)
         ops.append(op)
     ops.extend(_resctrl_ops(resctrl, observed_resctrl, held))
+    formula = policy.weight_formula or DEFAULT_WEIGHT_FORMULA
     for write in order_writes(changes, observed):
-        ops.append(WriteCgroup(write.path, write.file, write.value, claimed[(write.path, write.file)]))
+        rule = claimed[(write.path, write.file)]
+        shares = write.file in SHARE_FILES
+        ops.append(WriteCgroup(write.path, write.file, write.value, rule, formula if shares else None))
     return Plan(tuple(ops), tuple(held), tuple(evicts))
 
 

@@ -7,7 +7,7 @@ kube-QoS directory sums that need every pod's configuration (engine/features/cla
 
 from __future__ import annotations
 
-from engine.adapters.cgfiles import burst_problem, value_problem
+from engine.cgroups.files import burst_problem, value_problem
 from engine.config.render import RenderError
 from engine.evaluate.context import ActionContext
 from engine.features.class_knobs.spec import SetCgroupSpec

@@ -55,25 +55,23 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, cast, get_args
 
+from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA, WeightFormula, weight_to_shares
 from engine.config.policy import Policy, QoSClass
 from engine.config.render import RenderError
 from engine.evaluate.classify import Classified, Classifier
 from engine.evaluate.context import Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, same_workloads
 from engine.features.class_knobs.knobs import (
-    DEFAULT_WEIGHT_FORMULA,
     IGNORE_OOM_PRIORITY,
     PERIOD_US,
     KatalystBurstPolicy,
     KnobFn,
-    WeightFormula,
     burst_file,
     compile_knob,
     cores_to_milli,
     cpu_idle_value,
     katalyst_burst_us,
     milli_cpu_to_quota,
-    weight_to_shares,
 )
 from engine.features.memory_qos.spec import MemoryQos
 from engine.features.memory_qos.strategy import (

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.adapters.cgpaths import (
+from engine.cgroups.mounts import CgroupLayout, CgroupUnavailable, parse_mountinfo
+from engine.cgroups.paths import (
     cgroup_name_to_path,
     cgroup_path_problem,
     container_dir,
@@ -20,7 +21,6 @@ from engine.adapters.cgpaths import (
     pod_path,
     qos_path,
 )
-from engine.adapters.mounts import CgroupLayout, CgroupUnavailable, parse_mountinfo
 
 UID = "1a2b3c4d-0000-4e5f-8a9b-0123456789ab"
 UID_ = "1a2b3c4d_0000_4e5f_8a9b_0123456789ab"
@@ -217,6 +217,30 @@ def test_only_mounts_under_the_configured_root_count() -> None:
 def test_no_cgroup_mount_is_a_clear_error() -> None:
     with pytest.raises(CgroupUnavailable, match="no cgroup filesystem is mounted at or under /srv"):
         CgroupLayout.from_mounts("/srv", parse_mountinfo(HYBRID))
+
+
+@pytest.mark.parametrize(
+    ("table", "controllers", "version", "file", "on_disk"),
+    [
+        (HYBRID, [], 1, "cpuacct.usage", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpuacct.usage"),
+        (HYBRID, [], 1, "cpu.stat", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.stat"),
+        (HYBRID, [], 1, "memory.stat", "/sys/fs/cgroup/memory/kubepods/pod1/memory.stat"),
+        (HYBRID, [], 1, "cgroup.procs", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cgroup.procs"),
+        # no v1 io hierarchy: the core one, where the file is then simply absent
+        (HYBRID, [], 1, "io.pressure", "/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/io.pressure"),
+        (V2, ["cpu", "memory"], 2, "memory.stat", "/sys/fs/cgroup/kubepods/pod1/memory.stat"),
+        (V2, ["cpu", "memory"], 2, "io.pressure", "/sys/fs/cgroup/kubepods/pod1/io.pressure"),
+    ],
+)
+def test_the_layout_says_where_each_file_of_a_cgroup_is(
+    table: str, controllers: list[str], version: int, file: str, on_disk: str
+) -> None:
+    """The one detection serves reads (sources) as it serves writes (the adapter)."""
+    layout = CgroupLayout.from_mounts("/sys/fs/cgroup", parse_mountinfo(table), unified_controllers=controllers)
+    assert layout.version == version
+    assert layout.file("/kubepods/pod1/", file) == on_disk
+    assert layout.relative(on_disk.rsplit("/", 1)[0]) == "kubepods/pod1"
+    assert layout.relative("/srv/kubepods") is None
 
 
 @pytest.mark.cgroupmount

@@ -9,7 +9,7 @@ logical dialect, so the planner compares like with like on any node:
 ===================== ============================ ===============================================
 v1                    v2                           value
 ===================== ============================ ===============================================
-cpu.shares            cpu.weight                   shares <-> weight (strategies.knobs formulas)
+cpu.shares            cpu.weight                   shares <-> weight (cgroups.weight formulas)
 cpu.cfs_quota_us      cpu.max (first field)        -1 <-> max
 cpu.cfs_period_us     cpu.max (second field)       us
 cpu.cfs_burst_us      cpu.max.burst                us
@@ -37,12 +37,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.features.class_knobs.knobs import (
+from engine.cgroups.weight import (
     SHARES_MAX,
     SHARES_MIN,
     WEIGHT_MAX,
     WEIGHT_MIN,
     WeightFormula,
+    clamp_shares,
     shares_to_weight,
     weight_to_shares,
 )
@@ -53,17 +54,23 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # A page counter's maximum: LONG_MAX in whole pages, which v1 prints for "unlimited".
 UNLIMITED_BYTES = (2**63 - 1) // PAGE_SIZE * PAGE_SIZE
 
-V1_TO_V2 = {
-    "cpu.shares": "cpu.weight",
-    "cpu.cfs_burst_us": "cpu.max.burst",
-    "memory.limit_in_bytes": "memory.max",
-    "memory.usage_in_bytes": "memory.current",
-    "cpuset.effective_cpus": "cpuset.cpus.effective",
-    "cpuset.effective_mems": "cpuset.mems.effective",
-    "tasks": "cgroup.threads",
+RENAMES: Mapping[tuple[str, ...], str] = {
+    # The one table pairing the two versions' names: v1 file(s) -> the v2 file holding them. Every
+    # name not listed is the same on both. Values convert as the module docstring's table says.
+    ("cpu.shares",): "cpu.weight",
+    ("cpu.cfs_quota_us", "cpu.cfs_period_us"): "cpu.max",
+    ("cpu.cfs_burst_us",): "cpu.max.burst",
+    ("memory.limit_in_bytes",): "memory.max",
+    ("memory.usage_in_bytes",): "memory.current",
+    ("cpuset.effective_cpus",): "cpuset.cpus.effective",
+    ("cpuset.effective_mems",): "cpuset.mems.effective",
+    ("tasks",): "cgroup.threads",
 }
+V1_TO_V2 = {v1s[0]: v2 for v1s, v2 in RENAMES.items() if len(v1s) == 1}
 V2_TO_V1 = {v: k for k, v in V1_TO_V2.items()}
-CPU_MAX_PARTS = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+# The files whose translation to the other version needs a shares <-> weight formula.
+SHARE_FILES = frozenset({"cpu.shares", "cpu.weight"})
+CPU_MAX_PARTS = next(v1s for v1s, v2 in RENAMES.items() if v2 == "cpu.max")  # quota, period
 
 CPUSET_FILES = frozenset(
     {
@@ -327,7 +334,7 @@ def canonical(file: str, text: str) -> object:
         return _memory(t)
     if file == "cpu.shares":
         n = int_or_none(t)
-        return t if n is None or n < 0 else min(max(n, SHARES_MIN), SHARES_MAX)
+        return t if n is None or n < 0 else clamp_shares(n)
     if file == "cpu.cfs_quota_us":
         n = int_or_none(t)
         return t if n is None else (-1 if n < 0 else n)

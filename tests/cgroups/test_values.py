@@ -1,4 +1,4 @@
-"""The value-format table (engine/adapters/cgfiles.py VALUE_FORMATS): what validate lets through for
+"""The value-format table (engine/cgroups/files.py VALUE_FORMATS): what validate lets through for
 a file must translate to the host file of either cgroup version, in a format that file takes.
 The real kernel judges the same values in tests/test_validate_then_run_properties.py."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.adapters.cgfiles import VALUE_FORMATS, to_host, value_problem
+from engine.cgroups.files import VALUE_FORMATS, to_host, value_problem
 
 # Current host values of a fresh cgroup, per version (what to_host reads before translating).
 CURRENT = {

@@ -11,6 +11,10 @@ else v2 where the unified mount offers it. That is what the kernel does (a contr
 one hierarchy) and it covers the rare hybrid host that moved one controller to cgroup2. Only mounts
 at or below the configured root count, so a DaemonSet that mounts the host's cgroupfs at
 ``/host-cgroup`` sees the host and not its own container.
+
+This is qosd's one v1/v2 detector: ``qosd run`` detects once and hands the same layout to the cgroup
+adapter (writes) and the node collector (usage, memory and observed values: ``dir``, ``file``), so
+reads and writes never disagree about where a controller is.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
+
+from engine.cgroups.files import controller_of
 
 Mode = Literal["v1", "hybrid", "v2"]
 
@@ -111,6 +117,36 @@ class CgroupLayout:
             return 1, self.v1[controller]
         if self.unified is not None and controller in self.unified_controllers:
             return 2, self.unified
+        return None
+
+    @property
+    def version(self) -> int:
+        """The cgroup version the node's metrics are read in: 2 on a unified host; 1 on v1 and hybrid
+        hosts, where the controllers (and their statistics) stay on v1."""
+        return 2 if self.mode == "v2" else 1
+
+    def dir(self, path: str, controller: str = "") -> str:
+        """The directory of cgroup ``path`` (relative to the root) in the hierarchy holding
+        ``controller``; a controller mounted nowhere falls back to the core hierarchy, where the
+        cgroup's files of that controller are then simply absent."""
+        located = self.locate(controller) or self.locate("")
+        base = located[1] if located is not None else self.root
+        rel = path.strip("/")
+        return f"{base}/{rel}" if rel else base
+
+    def file(self, path: str, name: str) -> str:
+        """The host file ``name`` (``cpuacct.usage``, ``memory.stat``, ``cgroup.procs``) of ``path``."""
+        return f"{self.dir(path, controller_of(name))}/{name}"
+
+    def relative(self, absolute: str) -> str | None:
+        """The cgroup path of a directory on disk, or None if it is outside every hierarchy."""
+        text = absolute.rstrip("/")
+        mounts = {*self.v1.values(), *([self.unified] if self.unified else [])}
+        for base in sorted(mounts, key=len, reverse=True):
+            if text == base:
+                return ""
+            if text.startswith(base + "/"):
+                return text[len(base) + 1 :]
         return None
 
     def describe(self) -> str:
