@@ -1,0 +1,251 @@
+"""Colocation with a real server: memcached at a fixed request rate next to stress-ng, with and without qosd.
+
+Run as root on a machine with a writable cgroup v1 hierarchy, with memcached and stress-ng installed
+(``apt-get install memcached stress-ng``):
+
+    python -m bench.colocation.server [--reps 5] [--duration 25] [--rate 2000] [--write]
+
+Each repetition runs four arms, in an order rotated by one every repetition (so no arm always
+follows the same one on a machine whose background load drifts):
+
+- server alone: memcached (2 threads) and its load generator (``bench.colocation.loadgen``: open
+  loop, a fixed request rate, latency from each request's due time), both in ``<cg>/online``;
+- batch alone: ``stress-ng --cpu <CPUs> --cpu-method int64`` in ``<cg>/batch``, for its solo rate;
+- unmanaged: both at once, kernel defaults;
+- qosd: both at once under ``qosd run`` with the bundled default policy in standalone mode (no
+  workloads file: the default name mapping makes ``online`` shared_cores and ``batch``
+  reclaimed_cores), started before the workloads and past its first tick.
+
+Every arm starts from freshly created cgroups, so no arm inherits what qosd wrote in another.
+The definitions of the percentiles, the idle CPU and the batch share are in bench/colocation/stats.py
+(the same as bench/colocation/run.py's). Targets (issue 15): the managed p99 at most 1.05x the same
+repetition's server-alone p99, and the managed batch share at least 85%, both as medians over the
+repetitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.colocation.stats import batch_share, spread, stress_ng_rate
+from bench.results import write_section
+from engine.demo import DemoCgroups, _wait_for_first_tick, decisions
+
+HEAD = "## Colocation with a real server: memcached + stress-ng (issue 15)"
+ARMS = ("server alone", "batch alone", "unmanaged", "qosd")
+CGROUP = "qosd-srvbench"
+
+
+def arm_order(rep: int) -> tuple[str, ...]:
+    """The arms of repetition ``rep``, rotated by one per repetition."""
+    k = rep % len(ARMS)
+    return ARMS[k:] + ARMS[:k]
+
+
+def _usage(cg: DemoCgroups, group: str) -> int:
+    return int((cg.dir("cpuacct", group) / "cpuacct.usage").read_text())
+
+
+def run_arm(cg: DemoCgroups, arm: str, a: argparse.Namespace, port: int) -> dict[str, Any]:
+    cg.remove()
+    cg.create()
+    server, batch, managed = arm != "batch alone", arm != "server alone", arm == "qosd"
+    out: dict[str, Any] = {"arm": arm}
+    tmp = Path(tempfile.mkdtemp(prefix="qosd-srvbench-"))
+    procs: list[subprocess.Popen[str]] = []
+    daemon = None
+    try:
+        if managed:
+            daemon = subprocess.Popen(
+                [sys.executable, "-m", "engine.cli", "run", "--interval", "1s", "--listen", "",
+                 "--root", f"{cg.name}/*", "--audit-log", str(tmp / "audit.jsonl")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            _wait_for_first_tick(daemon, tmp / "audit.jsonl")
+            if daemon.poll() is not None:
+                raise RuntimeError(f"qosd run exited early: {daemon.communicate()[1][-2000:]}")
+        sng = None
+        if batch:
+            batch0 = _usage(cg, "batch")
+            seconds = math.ceil(a.warmup + a.duration + 3)
+            sng = cg.popen(
+                "batch",
+                ["stress-ng", "--cpu", str(os.cpu_count() or 1), "--cpu-method", "int64",
+                 "--timeout", str(seconds), "--metrics-brief", "--yaml", str(tmp / "sng.yaml")],
+            )  # fmt: skip
+            procs.append(sng)
+            t_batch = time.monotonic()
+        if server:
+            mc = cg.popen(
+                "online",
+                ["memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-t", "2", "-m", "64"],
+            )
+            procs.append(mc)
+            gen = cg.popen(
+                "online",
+                [sys.executable, "-m", "bench.colocation.loadgen", "--port", str(port),
+                 "--rate", str(a.rate), "--duration", str(a.duration), "--warmup", str(a.warmup),
+                 "--cpu-usage-file", str(cg.dir("cpuacct", "online") / "cpuacct.usage")],
+            )  # fmt: skip
+            procs.append(gen)
+            stdout, _ = gen.communicate(timeout=a.duration * 4 + 120)
+            if gen.returncode != 0:
+                raise RuntimeError(f"the load generator exited with {gen.returncode}")
+            out.update(json.loads(stdout.strip().splitlines()[-1]))
+            mc.terminate()
+            mc.wait(timeout=30)
+        if sng is not None:
+            sng.communicate(timeout=a.duration * 4 + 120)
+            wall = time.monotonic() - t_batch
+            if sng.returncode != 0:
+                raise RuntimeError(f"stress-ng exited with {sng.returncode}")
+            out["batch_rate"] = stress_ng_rate((tmp / "sng.yaml").read_text())
+            out["batch_cores"] = (_usage(cg, "batch") - batch0) / 1e9 / wall
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if daemon is not None:
+            daemon.terminate()
+            daemon.communicate(timeout=60)
+            out["decisions"] = decisions(tmp / "audit.jsonl")
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def derive(reps: Sequence[dict[str, dict[str, Any]]], cpus: int) -> list[dict[str, dict[str, Any]]]:
+    """Per repetition: each colocated arm's p99 against that repetition's server-alone p99, and each
+    batch-running arm's share of the CPU the server left idle in that repetition."""
+    out = []
+    for rep in reps:
+        alone, solo = rep["server alone"], rep["batch alone"]
+        row = {arm: dict(r) for arm, r in rep.items()}
+        for r in row.values():
+            if "p99_us" in r:
+                r["p99_ratio"] = r["p99_us"] / alone["p99_us"]
+            if "batch_rate" in r:
+                r["batch_share"] = batch_share(r["batch_rate"], solo["batch_rate"], alone["cpu_cores"], cpus)
+        out.append(row)
+    return out
+
+
+def markdown(rows: Sequence[dict[str, dict[str, Any]]], a: argparse.Namespace, cpus: int, when: str,
+             load: str) -> str:  # fmt: skip
+    def f(r: dict[str, Any], key: str, fmt: str) -> str:
+        return format(r[key], fmt) if key in r else "–"
+
+    lines = [
+        HEAD,
+        "",
+        f"Command: `python -m bench.colocation.server {' '.join(sys.argv[1:])}` "
+        "(as root; cgroup v1 hierarchy)",
+        "",
+        f"Machine: {cpus} CPUs, kernel {platform.release()}, CPython {platform.python_version()}, "
+        f"{when}; shared with other sessions' tests and a fuzz run ({load}). Server: memcached "
+        f"(Debian, 2 threads) with an open-loop generator at {a.rate:g} gets/s on 4 connections "
+        f"(latency from each request's due time); batch: `stress-ng --cpu {cpus} --cpu-method int64` "
+        f"(bogo ops/s, wall clock). {a.duration:g} s measured per arm after {a.warmup:g} s warm-up, "
+        f"{len(rows)} repetitions, arms rotated per repetition.",
+        "",
+        "| rep | arm | p50 µs | p99 µs | p999 µs | p99 vs alone | server cores | batch bogo ops/s "
+        "| batch cores | batch share of idle CPU |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, rep in enumerate(rows, 1):
+        for arm in arm_order(i - 1):
+            r = rep[arm]
+            lines.append(
+                f"| {i} | {arm} | {f(r, 'p50_us', '.0f')} | {f(r, 'p99_us', '.0f')} | "
+                f"{f(r, 'p999_us', '.0f')} | {f(r, 'p99_ratio', '.2f')} | {f(r, 'cpu_cores', '.3f')} | "
+                f"{f(r, 'batch_rate', '.0f')} | {f(r, 'batch_cores', '.2f')} | {f(r, 'batch_share', '.0%')} |"
+            )
+    lines += ["", "| arm | p99 µs median (min–max) | p99 vs alone median (min–max) | "
+              "batch share median (min–max) |", "|---|---:|---:|---:|"]  # fmt: skip
+    summary: dict[str, dict[str, dict[str, float]]] = {}
+    for arm in ARMS:
+        cells = []
+        summary[arm] = {}
+        for key, fmt in (("p99_us", ".0f"), ("p99_ratio", ".2f"), ("batch_share", ".0%")):
+            vals = [rep[arm][key] for rep in rows if key in rep[arm]]
+            if not vals:
+                cells.append("–")
+                continue
+            s = summary[arm][key] = spread(vals)
+            cells.append(f"{s['median']:{fmt}} ({s['min']:{fmt}}–{s['max']:{fmt}})")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    m = summary["qosd"]
+    p99_ok = m["p99_ratio"]["median"] <= 1.05
+    share_ok = m["batch_share"]["median"] >= 0.85
+    lines += [
+        "",
+        "Targets (medians over the repetitions): managed p99 <= 1.05x alone -> "
+        f"**{m['p99_ratio']['median']:.2f}x** "
+        f"({'met' if p99_ok else 'not met'}); managed batch >= 85% of the CPU the server leaves idle -> "
+        f"**{m['batch_share']['median']:.0%}** ({'met' if share_ok else 'not met'}).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--duration", type=float, default=25.0, help="measured seconds per arm")
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--rate", type=float, default=2000.0, help="memcached gets per second")
+    parser.add_argument("--port", type=int, default=21299)
+    parser.add_argument("--json", type=Path, help="also write every arm's raw result here")
+    parser.add_argument("--write", action="store_true", help="record the result in bench/RESULTS.md")
+    a = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("the real-server colocation bench needs root (it creates cgroups)")
+    missing = [t for t in ("memcached", "stress-ng") if shutil.which(t) is None]
+    if missing:
+        sys.exit(f"missing {', '.join(missing)}: apt-get install memcached stress-ng")
+    cpus = os.cpu_count() or 1
+    cg = DemoCgroups(CGROUP)
+    started = datetime.now(UTC)
+    load0 = os.getloadavg()[0]
+    reps: list[dict[str, dict[str, Any]]] = []
+    try:
+        for rep in range(a.reps):
+            results = {}
+            for arm in arm_order(rep):
+                print(f"rep {rep + 1}/{a.reps}: {arm} ...", file=sys.stderr, flush=True)
+                results[arm] = run_arm(cg, arm, a, a.port)
+                print(f"  {json.dumps({k: v for k, v in results[arm].items() if k != 'decisions'})}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            reps.append(results)
+    finally:
+        cg.remove()
+    rows = derive(reps, cpus)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+    load = f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    when = f"{started:%Y-%m-%d %H:%M}–{datetime.now(UTC):%H:%M} UTC"
+    section = markdown(rows, a, cpus, when, load)
+    print(section)
+    dec = rows[-1]["qosd"].get("decisions", ())
+    print("qosd's writes in the last managed arm:\n  " + "\n  ".join(dec or ("none",)), file=sys.stderr)
+    if a.write:
+        write_section(HEAD, section)
+
+
+if __name__ == "__main__":
+    main()
