@@ -8,6 +8,7 @@ latency or how much CPU anything was granted (the bench records those in bench/R
 from __future__ import annotations
 
 import math
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from bench.colocation import loadgen
-from bench.colocation.server import ARMS, arm_order, derive
+from bench.colocation.server import ARMS, arm_order, busy_seconds, derive, verdict
 from bench.colocation.stats import batch_share, latency_summary, spread, stress_ng_rate
 
 
@@ -128,6 +129,49 @@ def test_derive_compares_each_rep_with_its_own_alone_and_solo_arms() -> None:
     assert "batch_share" not in rows[0]["server alone"] and "p99_ratio" not in rows[0]["batch alone"]
     assert rows[1]["qosd"]["p99_ratio"] == pytest.approx(0.9)
     assert rows[1]["qosd"]["batch_share"] == pytest.approx(200 / 250)
+    assert rows[0]["qosd"]["batch_vs_unmanaged"] == pytest.approx(0.855)
+    assert rows[1]["qosd"]["batch_vs_unmanaged"] == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    ("s", "below", "expected"),
+    [
+        (
+            {"median": 1.0, "min": 0.9, "max": 1.04},
+            True,
+            "**1.00x** (met by the median; every repetition meets it)",
+        ),
+        (
+            {"median": 1.2, "min": 1.1, "max": 1.3},
+            True,
+            "**1.20x** (not met by the median; no repetition meets it)",
+        ),
+        (
+            {"median": 1.0, "min": 0.5, "max": 3.0},
+            True,
+            "**1.00x** (met by the median; the range 0.50–3.00 straddles the target)",
+        ),
+        (
+            {"median": 1.2, "min": 0.5, "max": 3.0},
+            True,
+            "**1.20x** (not met by the median; the range 0.50–3.00 straddles the target)",
+        ),
+        (
+            {"median": 1.05, "min": 1.05, "max": 1.05},
+            True,
+            "**1.05x** (met by the median; every repetition meets it)",
+        ),
+        (
+            {"median": 1.05, "min": 1.0, "max": 1.1},
+            False,
+            "**1.05x** (met by the median; the range 0.90–1.10 straddles the target)",
+        ),
+    ],
+)
+def test_verdict_says_whether_the_range_of_repetitions_can_tell(
+    s: dict[str, float], below: bool, expected: str
+) -> None:
+    assert verdict(s, 1.05 if below else 1.0, below=below, fmt=".2f", unit="x") == expected
 
 
 @pytest.mark.parametrize(
@@ -233,3 +277,24 @@ def test_the_load_generator_keeps_its_schedule_while_the_server_answers_nothing(
     assert result["sent"] == 200  # every due time in the window, stall or not
     assert result["count"] == 200 and result["unanswered"] == 0
     assert math.isnan(result["cpu_cores"])  # no cgroup file given: not measured, not zero
+
+
+@pytest.mark.parametrize(
+    ("stat", "expected_ticks"),
+    [
+        (
+            "cpu  1952979 0 107445 261603 6990 0 3513 14560 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n",
+            1952979 + 107445 + 3513 + 14560,
+        ),
+        ("cpu  10 20 30 1000 1000 40 50 60 70 80\n", 10 + 20 + 30 + 40 + 50 + 60),  # idle, iowait, guest: no
+    ],
+)
+def test_busy_seconds_counts_the_busy_fields_of_the_aggregate_cpu_line(
+    stat: str, expected_ticks: int
+) -> None:
+    assert busy_seconds(stat) == pytest.approx(expected_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def test_busy_seconds_refuses_a_line_that_is_not_the_aggregate() -> None:
+    with pytest.raises(ValueError, match="aggregate cpu line"):
+        busy_seconds("cpu0 1 2 3 4 5 6 7 8\n")
