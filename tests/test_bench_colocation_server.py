@@ -162,7 +162,7 @@ def test_derive_compares_each_rep_with_its_own_alone_and_solo_arms() -> None:
             "**1.05x** (met by the median; every repetition meets it)",
         ),
         (
-            {"median": 1.05, "min": 1.0, "max": 1.1},
+            {"median": 1.05, "min": 0.9, "max": 1.1},
             False,
             "**1.05x** (met by the median; the range 0.90–1.10 straddles the target)",
         ),
