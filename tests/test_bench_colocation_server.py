@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bench.colocation import loadgen
-from bench.colocation.server import ARMS, arm_order, busy_seconds, derive, verdict
+from bench.colocation.server import ARMS, arm_order, busy_seconds, comparability, derive, verdict
 from bench.colocation.stats import batch_share, latency_summary, spread, stress_ng_rate
 
 
@@ -298,3 +298,23 @@ def test_busy_seconds_counts_the_busy_fields_of_the_aggregate_cpu_line(
 def test_busy_seconds_refuses_a_line_that_is_not_the_aggregate() -> None:
     with pytest.raises(ValueError, match="aggregate cpu line"):
         busy_seconds("cpu0 1 2 3 4 5 6 7 8\n")
+
+
+def _others(alone: float, solo: float, managed: float) -> dict[str, dict[str, Any]]:
+    return {
+        "server alone": {"other_cores": alone},
+        "batch alone": {"other_cores": solo},
+        "unmanaged": {"other_cores": managed},
+        "qosd": {"other_cores": managed},
+    }
+
+
+def test_ratios_are_comparable_when_the_neighbours_used_about_the_same_cpu_in_every_arm() -> None:
+    assert comparability([_others(1.0, 1.2, 1.1), _others(0.3, 0.2, 0.4), _others(0.9, 1.0, 1.0)]) == ""
+
+
+def test_ratios_are_flagged_when_the_alone_arms_met_busier_neighbours() -> None:
+    text = comparability([_others(1.8, 1.6, 0.4), _others(1.7, 1.6, 0.3), _others(1.75, 1.55, 0.9)])
+    assert text.startswith("**Not comparable:**")
+    assert "server alone 1.75, batch alone 1.60 cores (median)" in text
+    assert "against 0.40 during the managed arms" in text

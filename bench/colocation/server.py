@@ -31,6 +31,7 @@ import math
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -232,9 +233,38 @@ def markdown(rows: Sequence[dict[str, dict[str, Any]]], a: argparse.Namespace, c
         + "; managed batch >= 85% of the CPU the server leaves idle -> "
         + verdict(m["batch_share"], 0.85, below=False, fmt=".0%", unit="")
         + ".",
-        "",
     ]
+    caveat = comparability(rows)
+    lines += ["", caveat, ""] if caveat else [""]
     return "\n".join(lines)
+
+
+OTHERS_TOLERANCE = 0.25  # cores: an eighth of this 2-CPU machine
+
+
+def comparability(rows: Sequence[dict[str, dict[str, Any]]]) -> str:
+    """Why the ratios to the alone arms cannot be read as qosd's effect, or "" when they can.
+
+    Each ratio compares the managed arm with an alone arm run at another moment; on a shared machine
+    they are comparable only if the rest of the machine used about the same CPU in both (the others'
+    cores, median over the repetitions, within ``OTHERS_TOLERANCE``)."""
+    med = {
+        arm: statistics.median(rep[arm]["other_cores"] for rep in rows)
+        for arm in ARMS
+        if all("other_cores" in rep[arm] for rep in rows)
+    }
+    off = [
+        f"{arm} {med[arm]:.2f}"
+        for arm in ("server alone", "batch alone")
+        if arm in med and "qosd" in med and abs(med[arm] - med["qosd"]) > OTHERS_TOLERANCE
+    ]
+    if not off:
+        return ""
+    return (
+        f"**Not comparable:** the rest of the machine used {', '.join(off)} cores (median) during the "
+        f"alone arms against {med['qosd']:.2f} during the managed arms (tolerance {OTHERS_TOLERANCE:g}), "
+        "so the ratios above measure the neighbours as much as qosd."
+    )
 
 
 def main() -> None:
