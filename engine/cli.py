@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from engine import __version__, daemon, demo, explain, ruletest, simulate
+from engine import __version__, demo, explain, ruletest, simulate
 from engine.argtypes import integer, profile
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import MAX_DEPTH, Document, json_brackets, json_path, parse_documents, read_file
 from engine.config.output import dump_yaml, yaml_with_origins
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels, validate
 from engine.config.schema_check import schema_problems
+from engine.daemon import options as daemon_options
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import CorruptState, EngineState, state_from_json
 from engine.model.factnames import registry
@@ -328,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     ruletest.add_parser(sub)
     explain.add_parser(sub)
     simulate.add_parser(sub)
-    daemon.add_parser(sub)
+    daemon_options.add_parser(sub)
     demo.add_parser(sub)
 
     c = sub.add_parser("crd", help="print qosd's CustomResourceDefinitions (QoSPolicy, QoSNodeStatus)")

@@ -17,7 +17,7 @@ import yaml
 
 from engine.config.crd import check_structural, qosd_crds
 from engine.config.pipeline import load_documents, validate
-from engine.daemon import add_parser
+from engine.daemon.options import add_parser
 
 DEPLOY = Path(__file__).resolve().parents[1] / "examples" / "deploy"
 

@@ -42,7 +42,9 @@ from engine.config.errors import PolicyError
 from engine.config.load import Document, Layer
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents, validate
 from engine.config.policy import Policy
-from engine.daemon import KUBE_OPERATIONS, audit_record, load_state, save_state
+from engine.daemon.audit import audit_record
+from engine.daemon.state_file import load_state, save_state
+from engine.daemon.wiring import KUBE_OPERATIONS
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.model.facts import Snapshot
