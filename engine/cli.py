@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from engine import __version__, demo, explain, ruletest
+from engine import __version__, demo, explain
 from engine.argtypes import integer, profile
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import MAX_DEPTH, Document, json_brackets, json_path, parse_documents, read_file
@@ -33,6 +33,7 @@ from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
 from engine.output import format_table
 from engine.plan.planner import Guards
 from engine.resources import load_schema
+from engine.ruletest import options as ruletest_options
 from engine.simulate import options as simulate_options
 from engine.sources.localnode import read_local_node
 from engine.sources.snapshot_file import load_snapshot
@@ -327,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.set_defaults(func=cmd_eval)
 
-    ruletest.add_parser(sub)
+    ruletest_options.add_parser(sub)
     explain.add_parser(sub)
     simulate_options.add_parser(sub)
     daemon_options.add_parser(sub)

@@ -31,7 +31,6 @@ import yaml
 
 from bench.fuzz.mutate import Mutated, collect_keys, mutate
 from bench.fuzz.oracle import AcceptedButFailed, OtherEntry
-from engine import ruletest
 from engine.adapters.cgfiles import controller_of, host_files
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
@@ -51,6 +50,8 @@ from engine.model.facts import Snapshot
 from engine.model.node import NodeInfo
 from engine.model.operations import Operation, WriteCgroup
 from engine.plan.planner import Guards
+from engine.ruletest import reader as ruletest_reader
+from engine.ruletest import runner as ruletest_runner
 from engine.sources.cgroupfs import CgroupFS
 from engine.sources.snapshot_file import load_snapshot
 from engine.sources.standalone import StandaloneSource, load_workloads
@@ -548,8 +549,8 @@ class RuleTestSurface(Surface):
         return env.examples_copy() / "examples" / "tests" / f"fuzz-input{self.suffix}"
 
     def run(self, env: Env, path: Path) -> str | None:
-        suites = ruletest.load_suites([path])
-        results = ruletest.run(suites)
+        suites = ruletest_reader.load_suites([path])
+        results = ruletest_runner.run(suites)
         problems = [p for r in results if r.status == "error" for p in r.problems]
         if problems:
             raise PolicyError(problems)
