@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from engine.config.crd import INT_OR_STRING, KUBE_EXTENSIONS, PRESERVE, Schema
+from engine.config.crd.policy import INT_OR_STRING, KUBE_EXTENSIONS, PRESERVE, Schema
 
 Report = Callable[[str, str], None]  # report(path inside the CRD, message)
 

@@ -17,7 +17,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from kubernetes.client import ApiClient, V1CustomResourceDefinition, V1JSONSchemaProps
 
-from engine.config.crd import CrdSchemaError, build_crd, openapi_schema
+from engine.config.crd.policy import CrdSchemaError, build_crd, openapi_schema
 from engine.resources import load_schema
 from tests.crdcheck import JSON_SCHEMA_PROPS_KEYS, check_structural
 

@@ -126,7 +126,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
-    from engine.config.crd import build_node_status_crd, qosd_crds
+    from engine.config.crd import qosd_crds
+    from engine.config.crd.node_status import build_node_status_crd
 
     crds = qosd_crds()
     if args.kind != "all":
