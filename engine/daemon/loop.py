@@ -325,7 +325,7 @@ class Daemon:
         self.reloader.close()
 
     def _install_signals(self) -> None:
-        """The daemon's signals, each logged (see "Signals" in the module docstring)."""
+        """The daemon's signals, each logged (see "Signals" in engine.daemon's docstring)."""
         if threading.current_thread() is not threading.main_thread():
             return
 

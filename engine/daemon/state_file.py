@@ -85,7 +85,7 @@ def save_state(path: Path, state: EngineState, generation: int, now: float) -> N
 
 
 class StateFile(FileFault):
-    """The ``--state-file``, and what went wrong saving it (see the module docstring for the rule:
+    """The ``--state-file``, and what went wrong saving it (see engine.daemon's docstring for the rule:
     while a save fails, evictions wait and everything repeatable is applied)."""
 
     what = "state file"
