@@ -15,6 +15,8 @@ from typing import Any
 from engine.config.pipeline import API_VERSION
 from engine.daemon.faults import FileFault
 from engine.daemon.parts import OperationOutcome
+from engine.evaluate.engine import Engine
+from engine.evaluate.state import EngineState
 from engine.tick import TickResult
 
 
@@ -42,6 +44,27 @@ def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> di
     ]
     doc["results"] = [o.to_dict() for o in outcomes]
     return doc
+
+
+def finished_record(
+    done: Sequence[OperationOutcome], state: EngineState, engine: Engine, now: float
+) -> dict[str, Any]:
+    """An Evaluation document of operations that completed after the tick that started them (no
+    new decisions: the intents are in the record of that tick)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Evaluation",
+        "time": now,
+        "policy": {"hash": engine.policy.hash, "generation": engine.generation},
+        "fired": [],
+        "intents": [],
+        "skipped": [],
+        "workloadIssues": [],
+        "operations": [o.to_dict()["operation"] for o in done],
+        "held": [],
+        "results": [o.to_dict() for o in done],
+        "state": state.to_dict(),
+    }
 
 
 def append_record(path: Path, data: bytes) -> None:

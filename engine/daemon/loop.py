@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from engine.daemon.audit import AuditLog, audit_record
+from engine.daemon.audit import AuditLog, audit_record, finished_record
 from engine.daemon.endpoints import serve
 from engine.daemon.faults import REPORT_SECONDS, Throttle
 from engine.daemon.logs import log
@@ -66,15 +66,19 @@ def _with_observed(snap: Snapshot, found: Mapping[str, Mapping[str, str]]) -> Sn
     return dataclasses.replace(snap, cgroups=cgroups)
 
 
+NOT_DONE = ("deferred", "failed", "skipped")
+
+
 def _unrecord_refused(state: EngineState, outcomes: Sequence[OperationOutcome]) -> EngineState:
-    """Forget the evictions the API did not carry out (a PodDisruptionBudget's 429, an error), so the
+    """Forget the evictions not carried out (a PodDisruptionBudget's 429, an error, no adapter, a
+    standalone eviction whose processes outlived SIGKILL), so the
     pods are not counted as released and a later round may choose them again. The rule's firing
     stays recorded, so its rate limits still count the attempt. No pod can be evicted twice: each
     request carries the pod's UID as a precondition."""
     refused = {
         op.uid
         for o in outcomes
-        if o.status in ("deferred", "failed") and isinstance(op := getattr(o, "op", None), EvictPod)
+        if o.status in NOT_DONE and isinstance(op := getattr(o, "op", None), EvictPod)
     }
     if not refused or not refused & state.evicting.keys():
         return state
@@ -107,6 +111,9 @@ def thread_stacks() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- the loop
+
+
+FINISH_TIMEOUT = 900.0  # longest wait at exit for started evictions (their grace periods) to end
 
 
 class Daemon:
@@ -180,6 +187,7 @@ class Daemon:
         """Collect, (re)load the policy if needed, evaluate, plan, persist state, apply. Never raises."""
         started = time.perf_counter()
         try:
+            self._settle()
             snap = self.source.collect()
             self.reloader.observe_node(snap.node)
             engine = self.reloader.engine  # one read: a reload in another thread swaps it atomically
@@ -225,15 +233,34 @@ class Daemon:
             self.metrics.last_tick.set(self.last_tick_at)
             self.metrics.tick_seconds.observe(time.perf_counter() - started)
 
+    def _settle(self) -> None:
+        """Record the operations earlier ticks started that completed since (a standalone eviction
+        is *applied* once its processes are gone, or *failed*): metrics, the audit log and the
+        engine's eviction records then say what happened, not what was begun."""
+        done = self.executor.finished()
+        if not done:
+            return
+        self.state = _unrecord_refused(self.state, done)
+        for outcome in done:
+            op = getattr(outcome, "op", None)
+            if op is not None:
+                self._count(op, outcome)
+        engine = self.reloader.engine  # set: the tick that started them had one
+        if self.audit is not None and engine is not None:
+            self.audit.append(finished_record(done, self.state, engine, time.time()))
+
+    def _count(self, op: Operation, outcome: OperationOutcome) -> None:
+        self.metrics.actions.labels(op.kind, outcome.status).inc()
+        if op.kind == "evictPod" and outcome.status in ("applied", "unchanged"):
+            self.metrics.evictions.labels(str(getattr(op, "rule", ""))).inc()
+        self._report_failure(op, outcome)
+
     def _account(self, result: TickResult, outcomes: Sequence[OperationOutcome], engine: Engine) -> None:
         modes = {r.name: r.mode for r in engine.policy.rules}
         for rule in result.evaluation.fired:
             self.metrics.rule_matches.labels(rule, modes.get(rule, "enforce")).inc()
         for op, outcome in zip(result.plan.operations, outcomes, strict=False):
-            self.metrics.actions.labels(op.kind, outcome.status).inc()
-            if op.kind == "evictPod" and outcome.status in ("applied", "unchanged"):
-                self.metrics.evictions.labels(str(getattr(op, "rule", ""))).inc()
-            self._report_failure(op, outcome)
+            self._count(op, outcome)
         for held in result.plan.held:
             self.metrics.held.labels(held.intent.provenance.rule).inc()
 
@@ -289,6 +316,7 @@ class Daemon:
                     next_at = self.clock()
                     delay = 0
                 self.stop.wait(delay)
+            self._finish_started()
         finally:
             self.shutdown()
             if self._server is not None:
@@ -296,6 +324,19 @@ class Daemon:
                 self._server.server_close()
             log.info("qosd stopped", extra={"fields": {"ticks": self.ticks}})
         return 0 if self.reloader.engine is not None else 1
+
+    def _finish_started(self) -> None:
+        """Before exiting, let what the ticks started complete (a standalone eviction's grace period
+        and SIGKILL) and record it: a process left SIGTERMed and never followed up is neither
+        evicted nor reported."""
+        if not self.executor.wait(0):
+            log.info("waiting for evictions in progress to finish before stopping")
+            if not self.executor.wait(FINISH_TIMEOUT):
+                log.warning(
+                    "evictions still in progress at exit; their outcome is not recorded",
+                    extra={"fields": {"waitedSeconds": FINISH_TIMEOUT}},
+                )
+        self._settle()
 
     def start(self, sync_timeout: float | None = None) -> None:
         """Start the background services and wait (bounded) until their first lists are in, so the

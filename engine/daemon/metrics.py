@@ -39,7 +39,10 @@ class Metrics:
             "qosd_held_total", "Intents the planner held back, by rule.", ["rule"], registry=r
         )
         self.evictions = Counter(
-            "qosd_evictions_total", "Evictions requested, by rule.", ["rule"], registry=r
+            "qosd_evictions_total",
+            "Evictions carried out (the API accepted it; standalone: the processes are gone), by rule.",
+            ["rule"],
+            registry=r,
         )
         self.reloads = Counter(
             "qosd_config_reloads_total",

@@ -54,3 +54,11 @@ class Executor(Protocol):
     """Executes operations in the order given and reports one outcome per operation; decides nothing."""
 
     def apply(self, operations: Sequence[Operation]) -> Sequence[OperationOutcome]: ...
+
+    def finished(self) -> Sequence[OperationOutcome]:
+        """Outcomes of operations an earlier tick started that completed since (standalone evictions)."""
+        ...
+
+    def wait(self, timeout: float) -> bool:
+        """Until nothing started is in progress (at most ``timeout`` seconds); True when nothing is."""
+        ...

@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 from engine.adapters.cgroup import CgroupAdapter
+from engine.adapters.evict import StandaloneEvictions
 from engine.adapters.executor import NodeExecutor
 from engine.adapters.fsio import open_nofollow
 from engine.adapters.mounts import CgroupUnavailable
@@ -27,10 +28,10 @@ from engine.daemon.parts import Executor, OperationOutcome
 from engine.evaluate.engine import Engine
 from engine.model.facts import Snapshot
 from engine.model.intents import CgroupIntent
-from engine.model.operations import Operation, WriteCgroup
+from engine.model.operations import EvictPod, Operation, WriteCgroup
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import PinnedReader
-from engine.sources.standalone import PatternError, standalone_collector
+from engine.sources.standalone import PatternError, StandaloneSource, standalone_collector
 from engine.tick import TickResult
 
 # What a daemon's collector reads how often (docs/standalone.md, "What a tick costs"). Each cgroup
@@ -146,6 +147,8 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     interval, labels, adapter = _common(args)
     if args.workloads is not None and not args.workloads.is_file():
         raise UsageError(f"--workloads {args.workloads}: no such file")
+    # One adapter reads resctrl's facts for every snapshot (dry run too) and applies its operations.
+    resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
     try:
         collector = standalone_collector(
             args.cgroup_root,
@@ -153,6 +156,7 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
             args.root or None,
             options=daemon_options(interval),
             observe=adapter.observe,
+            resctrl=resctrl.info,
         )
     except PatternError as exc:
         raise UsageError(f"--root: {exc}") from None
@@ -162,11 +166,18 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     if args.dry_run:
         executor = RecordingExecutor()
     else:
-        resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
+        source = collector.source
+        if not isinstance(source, StandaloneSource):
+            raise TypeError(f"standalone_collector returned a {type(source).__name__} workload source")
+        evictions = StandaloneEvictions(collector.cgroup, source.cgroup_of)
         executor = NodeExecutor(
             cgroup=adapter,
             resctrl=resctrl,
-            others={kind: _standalone_refusal for kind in KUBE_OPERATIONS},
+            others={
+                **{kind: _standalone_refusal for kind in KUBE_OPERATIONS},
+                EvictPod.kind: evictions.evict,
+            },
+            finishing=(evictions,),
         )
     watch = _watch_files(args)
     daemon = Daemon(_config(args, interval, labels, watch), CollectorSource(collector, adapter), executor)
@@ -216,12 +227,14 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         driver = detect_driver(fs.dir("", "cpu").rstrip("/")) or "systemd"
     node = NodeWatch(api, node_name)
     pods = KubePodSource(pod_reflector(api, node_name), driver)
+    resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
     collector = NodeCollector(
         pods,
         fs,
         node_name=node_name,
         options=daemon_options(interval),
         observe=adapter.observe,
+        resctrl=resctrl.info,
     )
     events = EventRecorder(api, host=node_name)
     policies = PolicyWatch(api)
@@ -232,7 +245,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         kube_ops = KubeOperations(api, node_name, events, node.node)
         executor = NodeExecutor(
             cgroup=adapter,
-            resctrl=ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks),
+            resctrl=resctrl,
             others=kube_ops.handlers(),
         )
     watch = _watch_files(args)
