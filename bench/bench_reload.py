@@ -1,6 +1,6 @@
 """Hot-reload latency: from a change to the new policy generation in effect (DESIGN target p99 <= 100 ms).
 
-Three paths, each through the parts the daemon wires (engine.daemon.build_standalone / build_kube):
+Three paths, each through the parts the daemon wires (engine.daemon.wiring.build_standalone / build_kube):
 
 - **editor save**: a rule file replaced by an editor's atomic save (write a temp sibling, rename it
   over the file) -> RuleFileWatcher (inotify on the directory, debounce, content hash) -> Reloader.
