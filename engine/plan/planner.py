@@ -118,6 +118,7 @@ def plan(
                         intent.grace_period_seconds,
                         reason,
                         intent.provenance.rule,
+                        intent.killer,
                     )
                 )
             continue

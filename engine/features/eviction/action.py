@@ -135,6 +135,7 @@ def evict(ctx: ActionContext) -> bool:
                     release=release,
                     grace_period_seconds=spec.grace_period_seconds,
                     provenance=ctx.provenance(key, facts, latched, inputs),
+                    killer=spec.killer,
                 )
             )
             if not audit:

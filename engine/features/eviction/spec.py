@@ -29,6 +29,7 @@ DEFAULT_OVERCOMMIT_THRESHOLD = 5.0  # Katalyst's reclaimed overcommit ratio
 DEFAULT_TOLERANCE_RATE = 5.0
 DEFAULT_TOLERANCE_DURATION = 300.0
 DEFAULT_BATCH_CPU = "kubernetes.io/batch-cpu"
+DEFAULT_KILLER = "evictionAPI"  # Katalyst's default pod-killer, eviction-api-killer
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,8 @@ def _duration(cfg: Mapping[str, Any], key: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class EvictSpec:
-    """``then: {evict: ...}``, compiled. ``killer`` is accepted and not used yet (see the report of
-    issue 15: it belongs to the eviction adapter's choice between the Eviction API and a delete)."""
+    """``then: {evict: ...}``, compiled. ``killer`` travels on each intent and operation to the
+    Kubernetes adapter, which POSTs the Eviction subresource or DELETEs the pod accordingly."""
 
     trigger: Trigger | None = None
     victims: Victims = field(default_factory=Victims)
@@ -188,7 +189,7 @@ class EvictSpec:
     cooldown: float | None = None
     max_per_round: int | None = None
     grace_period_seconds: int | None = None
-    killer: str | None = None
+    killer: str = DEFAULT_KILLER
 
     @property
     def ranking(self) -> tuple[str, ...]:
@@ -205,7 +206,7 @@ def compile_spec(raw: Mapping[str, Any]) -> EvictSpec:
         cooldown=parse_duration(str(raw["cooldown"])) if "cooldown" in raw else None,
         max_per_round=raw.get("maxPerRound"),
         grace_period_seconds=raw.get("gracePeriodSeconds"),
-        killer=raw.get("killer"),
+        killer=str(raw.get("killer", DEFAULT_KILLER)),
     )
 
 
