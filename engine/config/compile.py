@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import cache
 from types import MappingProxyType
@@ -27,7 +27,6 @@ from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
 from engine.config.policy import (
     DEFAULT_MAX_INTERVAL,
     Action,
-    ActionSpec,
     DocumentRef,
     Enhancement,
     JsonKeyMatch,
@@ -47,11 +46,15 @@ from engine.config.policy import (
     freeze,
 )
 from engine.config.render import ENV, RenderError
+from engine.features.class_knobs import spec as set_cgroup_spec
 from engine.features.class_knobs.knobs import compile_knob
+from engine.features.class_knobs.spec import ClassCpu, ClassMemory
 from engine.features.eviction import spec as eviction_spec
 from engine.features.memory_qos import spec as memory_guard_spec
+from engine.features.memory_qos.spec import MemoryQos
 from engine.features.reclaim import spec as publish_spec
 from engine.features.resctrl import spec as resctrl_spec
+from engine.features.resctrl.spec import class_resctrl
 from engine.features.rules.conditions import (
     ORDER_OPS,
     WINDOW_HINT,
@@ -61,6 +64,7 @@ from engine.features.rules.conditions import (
     scope_of,
     window_problem,
 )
+from engine.features.specs import action_specs
 from engine.features.suppress import spec as suppress_spec
 from engine.model.factnames import registry
 from engine.model.facts import Container, Workload
@@ -145,6 +149,7 @@ class _Checker:
         self.enhancements = {e["name"]: e for e in self.spec.get("enhancements", [])}
         self.pools = {p["name"]: p for p in self.spec.get("pools", [])}
         self.class_names = tuple(self.classes)
+        self.action_specs = action_specs((self.spec.get("cgroup") or {}).get("weightFormula"))
 
     def loc(self, path: JsonPath) -> Location:
         loc = self.merged.locate(path)
@@ -173,6 +178,15 @@ class _Checker:
 
     def quantity(self, path: JsonPath, value: Any) -> float | None:
         return _quantity(self, path, value)
+
+    def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
+        _check_knob(self, path, knob, file, pods)
+
+    def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
+        return _check_cgroup_value(self, path, file, knob)
+
+    def cgroup_combination(self, path: JsonPath, literals: dict[str, str], files: set[str]) -> None:
+        _check_cgroup_combination(self, path, literals, files)
 
 
 def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
@@ -451,11 +465,11 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
         protected=bool(raw.get("protected", False)),
         oom_priority=OomPriority(default, lo, hi),
         eviction_priority=raw.get("evictionPriority"),
-        cpu=freeze(cpu),
-        memory=freeze(raw.get("memory") or {}),
-        resctrl=freeze(resctrl),
+        cpu=ClassCpu.of(freeze(cpu)),
+        memory=ClassMemory.of(freeze(raw.get("memory") or {})),
+        resctrl=class_resctrl(freeze(resctrl)),
         origin=c.loc(base),
-        memory_qos=freeze(raw.get("memoryQos") or {}),
+        memory_qos=MemoryQos.of(raw["memoryQos"]) if raw.get("memoryQos") else None,
     )
 
 
@@ -972,7 +986,7 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         )
     if len(c.problems) != before:
         return None
-    actions = [_compile_action(a) for a in actions]
+    actions = [_compile_action(c, a) for a in actions]
     return Rule(
         name=raw["name"],
         index=i,
@@ -995,18 +1009,9 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
     )
 
 
-ACTION_SPECS: dict[str, Callable[[Mapping[str, Any]], ActionSpec]] = {
-    "evict": eviction_spec.compile_spec,
-    "suppress": suppress_spec.compile_spec,
-    "memoryGuard": memory_guard_spec.compile_spec,
-    "setResctrl": resctrl_spec.compile_spec,
-    "publish": publish_spec.compile_spec,
-}
-
-
-def _compile_action(action: Action) -> Action:
+def _compile_action(c: _Checker, action: Action) -> Action:
     """The action with its typed spec, compiled by the feature that owns its kind (checked first)."""
-    compile_spec = ACTION_SPECS.get(action.kind)
+    compile_spec = c.action_specs.get(action.kind)
     return replace(action, spec=compile_spec(action.params)) if compile_spec is not None else action
 
 
@@ -1019,28 +1024,7 @@ def _check_action(
     elif kind == "suppress":
         suppress_spec.check(c, p, params)
     elif kind == "setCgroup":
-        target = params.get("target") or {}
-        if "class" in target:
-            c.ref((*p, "target", "class"), target["class"], c.classes, "class")
-        if "pool" in target:
-            c.ref((*p, "target", "pool"), target["pool"], c.pools, "pool")
-        if "path" in target:
-            _check_cgroup_path(c, (*p, "target", "path"), "setCgroup target", target["path"])
-        literals: dict[str, str] = {}
-        for key, knob in (params.get("values") or {}).items():
-            _check_knob(c, (*p, "values", key), knob, key, "class" in target)
-            text = _check_cgroup_value(c, (*p, "values", key), key, knob)
-            if text is not None:
-                literals[key] = text
-        _check_cgroup_combination(c, (*p, "values"), literals, set(params.get("values") or ()))
-        if "values" not in params and "memoryQos" not in params:
-            c.add(p, "setCgroup needs values, memoryQos or both", "e.g. values: {cpu.shares: 2}")
-        if "memoryQos" in params and "class" not in target:
-            c.add(
-                (*p, "memoryQos"),
-                "memoryQos needs target.class: it is sized from each pod's requests and limits",
-                "set target: {class: <name>}, or write literal values under `values`",
-            )
+        set_cgroup_spec.check(c, p, params)
     elif kind == "memoryGuard":
         memory_guard_spec.check(c, p, params)
     elif kind == "setResctrl":

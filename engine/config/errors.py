@@ -121,3 +121,12 @@ class Checker(Protocol):
 
     def quantity(self, path: JsonPath, value: Any) -> float | None:
         """The quantity ``value`` in base units, or None (reported) when it is not one."""
+
+    def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
+        """Report an expression knob that cannot parse, reads unknown names, or can only fail."""
+
+    def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
+        """A literal knob's text if ``file`` accepts it (else reported); None for computed knobs."""
+
+    def cgroup_combination(self, path: JsonPath, literals: dict[str, str], files: set[str]) -> None:
+        """Report values of one write the kernel refuses together (burst over quota, idle + weight)."""

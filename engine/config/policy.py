@@ -11,19 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
-from engine.features.eviction.spec import EvictSpec
-from engine.features.memory_qos.spec import MemoryGuardSpec
-from engine.features.reclaim.spec import PublishSpec
-from engine.features.resctrl.spec import SetResctrlSpec
 from engine.features.rules.conditions import Condition
-from engine.features.suppress.spec import SuppressSpec
 
-# Every feature's action spec (config/compile.py ACTION_SPECS compiles them).
-ActionSpec = EvictSpec | SuppressSpec | MemoryGuardSpec | SetResctrlSpec | PublishSpec
+if TYPE_CHECKING:
+    # Typing only: the features' spec modules import this one (no cycle at run time).
+    from engine.features.class_knobs.spec import ClassCpu, ClassMemory
+    from engine.features.memory_qos.spec import MemoryQos
+    from engine.features.resctrl.spec import ClassResctrl
+    from engine.features.specs import ActionSpec
 
 
 def freeze(value: Any) -> Any:
@@ -103,13 +102,13 @@ class QoSClass:
     protected: bool
     oom_priority: OomPriority
     eviction_priority: int | None
-    cpu: Mapping[str, Any]
-    memory: Mapping[str, Any]
-    resctrl: Mapping[str, Any]
+    cpu: ClassCpu  # typed sections, compiled once per generation by the features that own them
+    memory: ClassMemory
+    resctrl: ClassResctrl | None  # None: the class declares no resctrl group
     origin: Location
-    # Koordinator memory QoS (minLimitPercent, lowLimitPercent, throttlingPercent, wmark*, ...) as
-    # written in the class's `memoryQos`; empty when the class declares none.
-    memory_qos: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+    # Koordinator memory QoS (minLimitPercent, lowLimitPercent, throttlingPercent, wmark*, ...), compiled;
+    # None when the class declares none.
+    memory_qos: MemoryQos | None = None
 
 
 @dataclass(frozen=True)

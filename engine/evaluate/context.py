@@ -10,12 +10,12 @@ cannot reach another's step or the engine's caches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from engine.config.policy import ActionSpec, Policy
+from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
 from engine.evaluate.factview import FactViews, MembersIndex
 from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
@@ -27,9 +27,9 @@ from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance
 
 if TYPE_CHECKING:
-    from engine.features.class_knobs.knobs import KnobFn
-    from engine.features.class_knobs.step import MemoryQos, MemoryQosAsk, PodOomPriority
+    from engine.features.class_knobs.step import MemoryQosAsk, PodOomPriority
     from engine.features.resctrl.step import ResctrlAsk
+    from engine.features.specs import ActionSpec
 
 S = TypeVar("S")
 Match = tuple[str | None, Any, Workload | None, bool]  # (item key, item facts, workload, latched)
@@ -87,8 +87,6 @@ class Generation:
     reclaimed_classes: frozenset[str]
     numa_pressure_rules: frozenset[str]  # rules that read the NUMA watermark counter's facts
     system_pressure_rules: frozenset[str]  # rules that read the system memory pressure facts
-    knob_cache: dict[str, dict[str, KnobFn]]  # setCgroup knobs, compiled on a rule's first firing
-    memory_qos_of: Callable[[str, Mapping[str, Any]], MemoryQos]
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,6 @@ class Engine:
             reclaimed_classes=self.reclaimed_classes,
             numa_pressure_rules=self.pressure_step.numa_rules,
             system_pressure_rules=self.pressure_step.system_rules,
-            knob_cache={},
-            memory_qos_of=self.class_knob_step.memory_qos_of,
         )
         self.rule_step = RuleStep(policy, env, backend)
         # The one declared order. Before the rules: the pool plan, then the pressure counters (their

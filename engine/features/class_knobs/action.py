@@ -10,30 +10,23 @@ from __future__ import annotations
 from engine.adapters.cgfiles import burst_problem, value_problem
 from engine.config.render import RenderError
 from engine.evaluate.context import ActionContext
-from engine.features.class_knobs.knobs import compile_knob
+from engine.features.class_knobs.spec import SetCgroupSpec
 from engine.features.class_knobs.step import MemoryQosAsk
 from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent
 
 
 def set_cgroup(ctx: ActionContext) -> bool:
-    target = ctx.params["target"]
-    asked = _memory_qos(ctx)
-    if "values" not in ctx.params:
+    spec = ctx.spec_as(SetCgroupSpec)
+    asked = _memory_qos(ctx, spec)
+    if not spec.knobs:
         return asked
-    cache = ctx.env.knob_cache
-    knobs = cache.get(ctx.name)
-    if knobs is None:
-        formula = ctx.env.policy.weight_formula
-        knobs = cache[ctx.name] = {
-            f: compile_knob(f, k, weight_formula=formula) for f, k in ctx.params["values"].items()
-        }
-    provenance = ctx.first_provenance({"target": dict(target)})
+    provenance = ctx.first_provenance({"target": dict(spec.target)})
     paths: list[tuple[str, Workload | None]]
-    if "path" in target:
-        paths = [(str(target["path"]), None)]
-    elif "class" in target:
-        paths = [(w.cgroup_path, w) for w in ctx.class_members(str(target["class"])) if w.cgroup_path]
+    if spec.path is not None:
+        paths = [(spec.path, None)]
+    elif spec.class_name is not None:
+        paths = [(w.cgroup_path, w) for w in ctx.class_members(spec.class_name) if w.cgroup_path]
     else:
         ctx.skip("setCgroup on a pool needs the pool strategy, not in this version")
         return False
@@ -41,7 +34,7 @@ def set_cgroup(ctx: ActionContext) -> bool:
     node = ctx.views.node
     for path, workload in paths:
         values: dict[str, str] = {}  # file -> the value as the knob gave it
-        for file, knob in knobs.items():
+        for file, knob in spec.knobs:
             try:
                 value = knob(workload, node)
             except RenderError as exc:
@@ -67,16 +60,13 @@ def set_cgroup(ctx: ActionContext) -> bool:
     return wrote or asked
 
 
-def _memory_qos(ctx: ActionContext) -> bool:
+def _memory_qos(ctx: ActionContext, spec: SetCgroupSpec) -> bool:
     """Record this rule's memoryQos for its class's pods; whether the class has any this tick."""
-    raw = ctx.params.get("memoryQos")
-    if raw is None:
+    qos, class_name = spec.memory_qos, spec.class_name
+    if qos is None or class_name is None:  # validation requires a class target with memoryQos
         return False
-    class_name = str(ctx.params["target"]["class"])
     if not ctx.class_members(class_name):
         return False
     provenance = ctx.first_provenance({"target": {"class": class_name}})
-    ctx.tick.memory_qos.append(
-        MemoryQosAsk(ctx.name, class_name, ctx.env.memory_qos_of(ctx.name, raw), provenance)
-    )
+    ctx.tick.memory_qos.append(MemoryQosAsk(ctx.name, class_name, qos, provenance))
     return True

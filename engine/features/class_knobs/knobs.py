@@ -282,7 +282,7 @@ def align_oom_priority(
 # --- cpu.idle ---------------------------------------------------------------------------------
 
 
-def cpu_idle_value(cpu: Mapping[str, Any]) -> str:
+def cpu_idle_value(idle: object) -> str:
     """What to write to cpu.idle for a class's ``cpu`` settings: "1" when ``idle`` is true (SCHED_IDLE
     for the whole group: it runs only when nothing else wants the CPU), "0" for every other class, so
     a pod that leaves a reclaimed class loses the idle state with it.
@@ -292,7 +292,7 @@ def cpu_idle_value(cpu: Mapping[str, Any]) -> str:
     cpu.shares/cpu.weight writes (EINVAL), so shares go before idle=1 and after idle=0. The root
     cgroup cannot be made idle.
     """
-    return "1" if cpu.get("idle") is True else "0"
+    return "1" if idle is True else "0"
 
 
 # --- knobs ------------------------------------------------------------------------------------

@@ -75,8 +75,8 @@ from engine.features.class_knobs.knobs import (
     milli_cpu_to_quota,
     weight_to_shares,
 )
+from engine.features.memory_qos.spec import MemoryQos
 from engine.features.memory_qos.strategy import (
-    MemoryQOSConfig,
     PodMemoryInput,
     container_memory_qos,
     kube_qos_memory_qos,
@@ -88,17 +88,6 @@ from engine.model.units import int_or_none
 
 RULE = "classes"  # the provenance name of class-declared knobs (not a rule the policy can name)
 
-KATALYST_DEFAULT_BURST_PERCENT = 100.0  # katalyst qrm cpu util defaultCPUBurstPercent
-
-# memoryQos fields written as given, per pod and container (koordlet makeCgroupResources).
-STATIC_MEMORY_FILES: tuple[tuple[str, str], ...] = (
-    ("wmarkRatio", "memory.wmark_ratio"),
-    ("wmarkScalePermill", "memory.wmark_scale_factor"),
-    ("wmarkMinAdj", "memory.wmark_min_adj"),
-    ("priorityEnable", "memory.use_priority_oom"),
-    ("priority", "memory.priority"),
-    ("oomKillGroup", "memory.oom.group"),
-)
 V2_ONLY_MEMORY = frozenset({"memory.min", "memory.low", "memory.high"})
 
 # Pod cgroups as the kubelet names them (cgroupfs: pod<uid>; systemd: kubepods[-<qos>]-pod<uid>.slice).
@@ -107,27 +96,6 @@ _QOS_DIR = {"Burstable": "burstable", "BestEffort": "besteffort"}
 
 
 # ---------------------------------------------------------------- memory QoS configuration
-
-
-@dataclass(frozen=True)
-class MemoryQos:
-    """A ``memoryQos`` block, compiled: the percents, the files written as given, the resource."""
-
-    percents: MemoryQOSConfig
-    files: tuple[tuple[str, str], ...] = ()
-    resource: str = "memory"
-
-    @classmethod
-    def of(cls, raw: Mapping[str, Any]) -> MemoryQos:
-        def pct(key: str) -> int | None:
-            value = raw.get(key)
-            return None if value is None else int(value)
-
-        return cls(
-            MemoryQOSConfig(pct("minLimitPercent"), pct("lowLimitPercent"), pct("throttlingPercent")),
-            tuple((file, str(int(raw[key]))) for key, file in STATIC_MEMORY_FILES if key in raw),
-            str(raw.get("resource", "memory")),
-        )
 
 
 @dataclass(frozen=True)
@@ -246,47 +214,47 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
     ctr: list[tuple[str, KnobFn]] = []
     inputs: dict[str, Any] = {"class": cls.name, "cgroupVersion": version if version else "unknown"}
     knobs_seen: list[Any] = []
-    if "idle" in cpu:
-        pod.append(("cpu.idle", _const(cpu_idle_value(cpu))))
-    share_key = "shares" if "shares" in cpu else "weight" if "weight" in cpu else None
-    if share_key is not None:
-        if cpu.get("idle") is True:
+    if cpu.idle is not None:
+        pod.append(("cpu.idle", _const(cpu_idle_value(cpu.idle))))
+    share_key, share = ("shares", cpu.shares) if cpu.shares is not None else ("weight", cpu.weight)
+    if share is not None:
+        if cpu.idle is True:
             inputs["shares"] = "not written: an idle group's weight is fixed by the kernel (cpu.idle 1)"
         else:
             file = "cpu.weight" if version == 2 else "cpu.shares"
-            pod.append((file, _share_knob(file, share_key, cpu[share_key], formula)))
-            knobs_seen.append(cpu[share_key])
+            pod.append((file, _share_knob(file, share_key, share, formula)))
+            knobs_seen.append(share)
             if file == "cpu.weight" or share_key == "weight":
                 inputs["weightFormula"] = formula
-    if "cfsQuota" in cpu:
+    if cpu.cfs_quota is not None:
         file = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
-        fn = _normalise(file, compile_knob(file, cpu["cfsQuota"], weight_formula=formula))
+        fn = _normalise(file, compile_knob(file, cpu.cfs_quota, weight_formula=formula))
         pod.append((file, fn))
         ctr.append((file, fn))
-        knobs_seen.append(cpu["cfsQuota"])
+        knobs_seen.append(cpu.cfs_quota)
     bfile = burst_file(version if version in (1, 2) else 1)
-    policy = cpu.get("burstPolicy")
-    if "burst" in cpu and policy is None:
-        fn = compile_knob(bfile, cpu["burst"], weight_formula=formula)
+    policy = cpu.burst_policy
+    if cpu.burst is not None and policy is None:
+        fn = compile_knob(bfile, cpu.burst, weight_formula=formula)
         pod.append((bfile, fn))
         ctr.append((bfile, fn))
-        knobs_seen.append(cpu["burst"])
+        knobs_seen.append(cpu.burst)
     limit_file = "memory.limit_in_bytes" if version == 1 else "memory.max"
     skipped: list[str] = []
-    for key, file in (
-        ("min", "memory.min"),
-        ("low", "memory.low"),
-        ("high", "memory.high"),
-        ("limit", limit_file),
+    for knob, file in (
+        (memory.min, "memory.min"),
+        (memory.low, "memory.low"),
+        (memory.high, "memory.high"),
+        (memory.limit, limit_file),
     ):
-        if key not in memory:
+        if knob is None:
             continue
         if version == 1 and file in V2_ONLY_MEMORY:
             skipped.append(file)
             continue
-        pod.append((file, _normalise(file, compile_knob(file, memory[key], weight_formula=formula))))
-        knobs_seen.append(memory[key])
-    qos = MemoryQos.of(cls.memory_qos) if cls.memory_qos else None
+        pod.append((file, _normalise(file, compile_knob(file, knob, weight_formula=formula))))
+        knobs_seen.append(knob)
+    qos = cls.memory_qos
     dynamic = any(isinstance(k, Mapping) and "expr" in k for k in knobs_seen)
     reads_alloc = any(isinstance(k, Mapping) and k.get("of") == "allocatable" for k in knobs_seen)
     reads_alloc |= qos is not None and bool(qos.percents.throttling_percent)
@@ -296,7 +264,7 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
         container_knobs=tuple(ctr),
         burst_file=bfile,
         burst_policy=policy,
-        burst_percent=float(cpu.get("burstPercent", KATALYST_DEFAULT_BURST_PERCENT)),
+        burst_percent=cpu.burst_percent,
         memory_qos=qos,
         v1_memory_skipped=tuple(skipped),
         dynamic=dynamic,
@@ -377,17 +345,9 @@ class ClassKnobStep:
         self._plans: dict[tuple[str, int | None], _ClassPlan] = {}
         self._memo: dict[int, _Memo] = {}
         self._run_memo: _RunMemo | None = None
-        self._asks: dict[str, MemoryQos] = {}
         self._qos_key: tuple[Any, ...] | None = None  # the kube-QoS sums of the last tick, and their inputs
         self._qos_intents: list[CgroupIntent] = []
         self._oom_sources = tuple(e.name for e in policy.enhancements if e.effect == "oomPriority")
-
-    def memory_qos_of(self, rule: str, raw: Mapping[str, Any]) -> MemoryQos:
-        """A rule's ``memoryQos``, compiled once per generation."""
-        qos = self._asks.get(rule)
-        if qos is None:
-            qos = self._asks[rule] = MemoryQos.of(raw)
-        return qos
 
     def plan(self, cls: QoSClass, version: int | None) -> _ClassPlan:
         key = (cls.name, version)

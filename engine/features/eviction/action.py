@@ -40,7 +40,8 @@ from engine.features.eviction.strategy import (
     satisfaction_trigger,
     tolerance_trigger,
 )
-from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA, ReclaimPoolSupply
+from engine.features.eviction.tolerance import ReclaimPoolSupply
+from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
 from engine.model.facts import EMPTY, Workload, window_key
 from engine.model.intents import EvictIntent
 

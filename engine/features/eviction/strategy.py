@@ -34,7 +34,7 @@ from engine.features.eviction.pressure import (
     rss_overuse,
 )
 from engine.features.eviction.spec import EvictSpec, ReleaseSpec, Victims
-from engine.features.suppress.strategy import (
+from engine.features.eviction.tolerance import (
     ReclaimedPod,
     ReclaimPoolSupply,
     ToleranceCheck,

@@ -1,4 +1,5 @@
-"""The memoryGuard action's typed spec (Katalyst's MemoryGuard defaults filled in) and its checks."""
+"""Memory QoS specs: a ``memoryQos`` block (a class's, or a setCgroup's), compiled once per
+generation, and the memoryGuard action's spec (Katalyst's MemoryGuard defaults) with its checks."""
 
 from __future__ import annotations
 
@@ -8,10 +9,46 @@ from typing import Any
 
 from engine.config.errors import Checker
 from engine.config.load import JsonPath
-from engine.features.memory_qos.strategy import CRITICAL_WATERMARK_SCALE_FACTOR, MIN_CRITICAL_WATERMARK
+from engine.features.memory_qos.strategy import (
+    CRITICAL_WATERMARK_SCALE_FACTOR,
+    MIN_CRITICAL_WATERMARK,
+    MemoryQOSConfig,
+)
 from engine.model.units import parse_quantity
 
 DEFAULT_RECLAIM_ROOT = "kubepods/besteffort"  # katalyst: reclaimed relative root cgroup path
+
+
+# memoryQos fields written as given, per pod and container (koordlet makeCgroupResources).
+STATIC_MEMORY_FILES: tuple[tuple[str, str], ...] = (
+    ("wmarkRatio", "memory.wmark_ratio"),
+    ("wmarkScalePermill", "memory.wmark_scale_factor"),
+    ("wmarkMinAdj", "memory.wmark_min_adj"),
+    ("priorityEnable", "memory.use_priority_oom"),
+    ("priority", "memory.priority"),
+    ("oomKillGroup", "memory.oom.group"),
+)
+
+
+@dataclass(frozen=True)
+class MemoryQos:
+    """A ``memoryQos`` block, compiled: the percents, the files written as given, the resource."""
+
+    percents: MemoryQOSConfig
+    files: tuple[tuple[str, str], ...] = ()
+    resource: str = "memory"
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> MemoryQos:
+        def pct(key: str) -> int | None:
+            value = raw.get(key)
+            return None if value is None else int(value)
+
+        return cls(
+            MemoryQOSConfig(pct("minLimitPercent"), pct("lowLimitPercent"), pct("throttlingPercent")),
+            tuple((file, str(int(raw[key]))) for key, file in STATIC_MEMORY_FILES if key in raw),
+            str(raw.get("resource", "memory")),
+        )
 
 
 @dataclass(frozen=True)

@@ -41,3 +41,25 @@ def check(c: Checker, p: JsonPath, params: Mapping[str, Any]) -> None:
     l3 = params.get("l3Percent")
     if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
         c.add((*p, "l3Percent"), f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end")
+
+
+@dataclass(frozen=True)
+class ClassResctrl:
+    """A class's ``resctrl`` declaration, compiled once per generation: the group its pods join
+    (``group``, else the class name) and that group's limits."""
+
+    group: str | None = None
+    l3_percent: tuple[Percent, Percent] | None = None
+    mb_percent: float | None = None
+
+
+def class_resctrl(raw: Mapping[str, Any]) -> ClassResctrl | None:
+    """None when the class declares no resctrl (its pods stay where they are)."""
+    if not raw:
+        return None
+    l3 = raw.get("l3Percent")
+    return ClassResctrl(
+        group=str(raw["group"]) if raw.get("group") else None,
+        l3_percent=(l3[0], l3[1]) if l3 is not None else None,
+        mb_percent=raw.get("mbPercent"),
+    )

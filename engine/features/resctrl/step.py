@@ -36,7 +36,6 @@ from engine.features.resctrl.strategy import (
     Capabilities,
     GroupPlan,
     GroupRequest,
-    Percent,
     PlannedGroup,
     ResctrlError,
     plan_groups,
@@ -49,15 +48,7 @@ RULE = "resctrl"  # the provenance name of class-declared groups and of the step
 
 def declared_group(cls: QoSClass) -> str:
     """The group a class's pods join by declaration: ``resctrl.group``, else the class name."""
-    return str(cls.resctrl.get("group") or cls.name)
-
-
-def percent_range(value: Any) -> tuple[Percent, Percent] | None:
-    """``[start, end]`` from the policy (a frozen tuple) as the strategy's pair, or None."""
-    if value is None:
-        return None
-    start, end = value
-    return (start, end)
+    return (cls.resctrl.group if cls.resctrl is not None else None) or cls.name
 
 
 def task_cgroups(w: Workload) -> tuple[str, ...]:
@@ -101,14 +92,11 @@ class ResctrlStep:
             (
                 c,
                 GroupRequest(
-                    declared_group(c),
-                    percent_range(c.resctrl.get("l3Percent")),
-                    c.resctrl.get("mbPercent"),
-                    source=f"class {c.name}",
+                    declared_group(c), c.resctrl.l3_percent, c.resctrl.mb_percent, source=f"class {c.name}"
                 ),
             )
             for c in policy.classes
-            if c.resctrl
+            if c.resctrl is not None
         )
         self._key: tuple[Any, ...] | None = None
         self._plan: GroupPlan | None = None

@@ -669,7 +669,7 @@ def test_bundled_policies_compile_the_new_fields() -> None:
     koord = build_policy(load_documents([]), REFERENCE_NODE.with_labels({"qosd.io/profile": "koordinator"}))
     assert not {"memory-qos-ls", "memory-qos-be"} & set(koord.rule_index)
     reclaimed = katalyst.class_index["reclaimed_cores"]
-    assert reclaimed.cpu["idle"] is True and reclaimed.cpu["burstPolicy"] == "closed"
+    assert reclaimed.cpu.idle is True and reclaimed.cpu.burst_policy == "closed"
 
 
 def test_shares_cannot_be_max() -> None:

@@ -362,12 +362,12 @@ def test_bundled_policy_bands_are_katalysts() -> None:
 )
 def test_cpu_idle_value(cpu: dict[str, object], expected: str) -> None:
     """Only a literal true makes a group idle; validated YAML gives a bool, anything else is not."""
-    assert cpu_idle_value(cpu) == expected
+    assert cpu_idle_value(cpu.get("idle")) == expected
 
 
 def test_bundled_reclaimed_class_is_idle_and_others_are_not() -> None:
     classes = _default_policy_classes()
-    values = {name: cpu_idle_value(cls.cpu) for name, cls in classes.items()}
+    values = {name: cpu_idle_value(cls.cpu.idle) for name, cls in classes.items()}
     assert values == {
         "dedicated_cores": "0",
         "shared_cores": "0",

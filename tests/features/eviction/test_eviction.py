@@ -16,6 +16,7 @@ import pytest
 from engine.config.errors import Location
 from engine.config.policy import OomPriority, QoSClass
 from engine.evaluate.factview import ItemFacts
+from engine.features.class_knobs.spec import ClassCpu, ClassMemory
 from engine.features.eviction.spec import Victims, compile_spec
 from engine.features.eviction.strategy import Candidate, Round, choose, eligible, rank
 from tests.builders import GiB, pod
@@ -32,9 +33,9 @@ def qos_class(name: str, eviction_priority: int | None = None, protected: bool =
         protected=protected,
         oom_priority=OomPriority(),
         eviction_priority=eviction_priority,
-        cpu={},
-        memory={},
-        resctrl={},
+        cpu=ClassCpu(),
+        memory=ClassMemory(),
+        resctrl=None,
         origin=Location("test.yaml", 1, 1),
     )
 
