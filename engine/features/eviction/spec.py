@@ -20,7 +20,7 @@ from engine.features.eviction.pressure import (
     RECLAIMED_MILLICPU,
     satisfaction_config_error,
 )
-from engine.features.rules.conditions import Condition, comparisons
+from engine.features.rules.conditions import Condition, comparisons, scope_of
 from engine.model.units import parse_duration, parse_quantity
 
 DEFAULT_ORDER = ("class", "priority", "-memory.usage")
@@ -34,7 +34,8 @@ DEFAULT_KILLER = "evictionAPI"  # Katalyst's default pod-killer, eviction-api-ki
 
 @dataclass(frozen=True)
 class Victims:
-    """Who may be evicted (``victims``). ``min_numa_usage_ratio`` is accepted and not used yet."""
+    """Who may be evicted (``victims``). ``numa_scoped`` with ``min_numa_usage_ratio`` keeps, on a
+    per-NUMA rule, the pods using at least that share of the matched NUMA node's memory."""
 
     classes: tuple[str, ...] = ()
     exclude_classes: tuple[str, ...] = ()
@@ -217,6 +218,20 @@ def check(c: Checker, p: JsonPath, params: Mapping[str, Any], when: Condition | 
     for field_name in ("classes", "excludeClasses"):
         for j, name in enumerate(victims.get(field_name) or []):
             c.ref((*p, "victims", field_name, j), name, c.classes, "class")
+    if victims.get("numaScoped") and scope_of(when) != "numa":
+        c.add(
+            (*p, "victims", "numaScoped"),
+            "victims.numaScoped keeps the pods using the NUMA node the rule matched, but this rule "
+            "is not evaluated per NUMA node, so there is no matched NUMA node",
+            "test numa.* facts in the rule's `when` (e.g. numa.memory.watermark_pressure), or remove "
+            "numaScoped",
+        )
+    if "minNumaUsageRatio" in victims and not victims.get("numaScoped"):
+        c.add(
+            (*p, "victims", "minNumaUsageRatio"),
+            "victims.minNumaUsageRatio has no effect without victims.numaScoped: true",
+            "add numaScoped: true (with a `when` on numa.* facts), or remove minNumaUsageRatio",
+        )
     for j, name in enumerate(victims.get("classes") or []):
         cls = c.classes.get(name)
         if cls is not None and cls.get("protected"):
