@@ -8,14 +8,16 @@ Everything held back is reported with its reason.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine.config.policy import Policy
 from engine.features.resctrl.strategy import changed_lines
+from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, ResctrlIntent
 from engine.model.operations import (
+    DEFAULT_GRACE_SECONDS,
     AssignTasks,
     CreateResctrlGroup,
     EmitEvent,
@@ -71,7 +73,9 @@ def plan(
     guards: Guards,
     observed_cgroups: Mapping[str, Mapping[str, str]] | None = None,
     observed_resctrl: Mapping[str, str] | None = None,
+    workload: Callable[[str], Workload | None] | None = None,
 ) -> Plan:
+    """``workload(uid)`` gives an eviction asking for the pod's own grace period its value."""
     ops: list[Operation] = []
     claimed: dict[tuple[str, str], str] = {}  # cgroup file -> the rule whose intent sets it this tick
     changes: list[Desired] = []  # only files whose observed value differs (a steady state has none)
@@ -115,7 +119,9 @@ def plan(
                         intent.uid,
                         intent.namespace,
                         intent.name,
-                        intent.grace_period_seconds,
+                        deletion_grace(
+                            intent.grace_period_seconds, workload(intent.uid) if workload else None
+                        ),
                         reason,
                         intent.provenance.rule,
                         intent.killer,
@@ -172,6 +178,18 @@ def _resctrl_ops(
         if intent.cgroups:
             out.append(AssignTasks(intent.group, intent.cgroups, rule))
     return out
+
+
+def deletion_grace(requested: int | None, workload: Workload | None) -> int | None:
+    """The grace period an eviction is carried out with. A rule's ``gracePeriodSeconds: -1`` means
+    the pod's own: DeleteOptions accept only non-negative values, so it is resolved here to the
+    pod's ``terminationGracePeriodSeconds`` (DEFAULT_GRACE_SECONDS when the pod has none), as
+    Katalyst's pod killer does. None (the rule names none) stays None: the API then applies the
+    pod's own itself, and a standalone eviction uses the default."""
+    if requested is None or requested >= 0:
+        return requested
+    own = workload.termination_grace_seconds if workload is not None else None
+    return own if own is not None and own >= 0 else DEFAULT_GRACE_SECONDS
 
 
 def _evict_reason(intent: EvictIntent) -> str:
