@@ -9,7 +9,8 @@ daemon's executor handed to its adapters and what each answered.
 Real parts: the Kubernetes API is the in-repo emulator (tests/kubeapi) over real HTTP with the
 shipped RBAC; cgroups are this machine's real cgroup v1 hierarchy, with the rules' cgroup targets
 in a fresh test subtree (tests/realcgroup.py); resctrl is a fake tree with the kernel's layout
-(this CPU has no RDT), as the resctrl adapter tests build it.
+(this CPU has no RDT), as the resctrl adapter tests build it, with the rule's group directory
+made beforehand as the kernel would on mkdir.
 """
 
 from __future__ import annotations
@@ -83,8 +84,6 @@ def action_kinds() -> list[str]:
 NOT_YET = {
     "memoryGuard": "the daemon's collectors do not read numa.memory.reclaimed_usage_bytes (the reclaim "
     "root's memory.numa_stat), so memoryGuard has no input in `qosd run` and gives no advice",
-    "setResctrl": "the daemon builds its node collector without a resctrl source, so every snapshot "
-    "says resctrl is absent (issue 15, 'Resctrl in qosd run', another helper's item)",
 }
 
 
@@ -100,6 +99,12 @@ def reached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[st
         populate(api)
         api.put(pod("batch", "be"))
         make_tree(tmp / "resctrl")
+        # The kernel fills a group's directory on mkdir; a plain directory cannot, so the group is
+        # there already, with the default group's schemata and no tasks (as test_daemon_resctrl).
+        group = tmp / "resctrl" / "reach"
+        group.mkdir()
+        (group / "schemata").write_text((tmp / "resctrl" / "schemata").read_text())
+        (group / "tasks").write_text("")
         token = api.authorize("qosd-sa-token", rbac_rules())
         kubeconfig = api.kubeconfig(tmp / "kubeconfig", token)
         argv = daemon_args(tmp, kubeconfig, NODE, policy(f"{tree.name}/app"), [], tree=Path("/sys/fs/cgroup"))
@@ -136,6 +141,8 @@ def reached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[st
         assert [f"{r.method} {r.path}" for r in api.requests.snapshot() if r.status == 403] == []
         seen["_shares"] = [("", tree.read("cpu", "app", "cpu.shares"), None)]
         seen["_deleted"] = [("", str(api.get("v1", "Pod", "batch", "default") is None), None)]
+        schemata = tmp / "resctrl" / "reach" / "schemata"
+        seen["_resctrl"] = [("", schemata.read_text() if schemata.exists() else "", None)]
     api.stop()
     return seen
 
@@ -154,9 +161,12 @@ def test_each_action_kind_reaches_an_adapter(
     assert results, f"rule {kind!r} produced no operation in `qosd run`"
     handled = [(k, s, e) for k, s, e in results if s not in ("skipped",)]
     assert handled, f"no adapter handled the operations of {kind!r}: {results}"
+    assert [r for r in results if r[1] == "failed"] == [], results
 
 
 def test_the_adapters_acted(reached: dict[str, list[tuple[str, str, str | None]]]) -> None:
     """What the adapters did is visible where it was done: the real cgroup file, the API server."""
     assert reached["_shares"][0][1] == "512"
     assert reached["_deleted"][0][1] == "True"
+    # l3Percent [0, 50] of the fake tree's 12-way mask fff: the low 6 ways on each cache domain
+    assert "L3:0=3f;1=3f" in reached["_resctrl"][0][1].replace(" ", ""), reached["setResctrl"]
