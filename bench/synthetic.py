@@ -284,12 +284,12 @@ def _enhancements() -> list[Json]:
             "effect": {"set": "cpu.numaExclusive"},
         },
         {
-            "name": "numa-share",
-            "from": [{"label": "qosd.io/numa-share"}, {"annotation": "qosd.io/numa-share"}],
+            "name": "full-pcpus",
+            "from": [{"label": "qosd.io/full-pcpus"}, {"annotation": "qosd.io/full-pcpus"}],
             "type": "bool",
             "equals": "yes",
             "conflictsWith": ["numa-exclusive"],
-            "effect": {"set": "cpu.numaShare"},
+            "effect": {"set": "cpu.fullPCPUsPairing"},
         },
         {
             "name": "cpuset-pool",
@@ -341,10 +341,10 @@ def _enhancements() -> list[Json]:
             "effect": {"set": "eviction.rssOveruseThreshold"},
         },
         {
-            "name": "soft-evict-notify",
-            "from": {"label": "qosd.io/soft-evict"},
+            "name": "spread-evenly",
+            "from": {"label": "qosd.io/spread-evenly"},
             "type": "bool",
-            "effect": {"set": "eviction.softEvictNotify", "value": True},
+            "effect": {"set": "cpu.distributeEvenlyAcrossNuma", "value": True},
         },
     ]
 

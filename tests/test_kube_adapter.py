@@ -11,6 +11,7 @@ import json
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -391,6 +392,41 @@ def test_eviction_outcomes(
         assert event["metadata"]["name"].startswith("web-1.")
     else:
         assert evicted == []
+
+
+KILLERS = [
+    # killer, set-up, status, the one pod request the server must have got
+    ("evictionAPI", _setup_running, "applied", ("POST", "/api/v1/namespaces/shop/pods/web-1/eviction")),
+    ("delete", _setup_running, "applied", ("DELETE", "/api/v1/namespaces/shop/pods/web-1")),
+    # a PDB refuses an eviction but not a DELETE (Katalyst's deletion-api-killer bypasses PDBs)
+    ("evictionAPI", _setup_pdb, "deferred", ("POST", "/api/v1/namespaces/shop/pods/web-1/eviction")),
+    ("delete", _setup_pdb, "applied", ("DELETE", "/api/v1/namespaces/shop/pods/web-1")),
+    ("delete", _setup_replaced, "vanished", ("DELETE", "/api/v1/namespaces/shop/pods/web-1")),
+]
+
+
+@pytest.mark.parametrize(("killer", "setup", "status", "request_line"), KILLERS)
+def test_eviction_killer_picks_the_request(
+    kit: Kit, killer: str, setup: Callable[[Server], str], status: str, request_line: tuple[str, str]
+) -> None:
+    """evict.killer travels on the operation: evictionAPI POSTs the Eviction subresource, delete
+    sends a plain DELETE of the pod, each with the UID precondition and the grace period."""
+    uid = setup(kit.server)
+    kit.server.requests.clear()
+    result = kit.apply(replace(_evict(uid), killer=killer))
+    assert result.status == status, result
+    pod_calls = [
+        (r.method, r.path.split("?")[0])
+        for r in kit.server.requests
+        if r.method in ("POST", "DELETE") and "/pods/" in r.path
+    ]
+    assert pod_calls == [request_line]
+    sent = next(r for r in kit.server.requests if (r.method, r.path.split("?")[0]) == request_line).json
+    options = sent["deleteOptions"] if killer == "evictionAPI" else sent
+    assert options["preconditions"] == {"uid": uid}
+    assert options["gracePeriodSeconds"] == 30
+    gone = kit.server.get("v1", "Pod", "web-1", "shop") is None
+    assert gone is (status == "applied")
 
 
 def test_eviction_without_grace_period_sends_none(kit: Kit) -> None:

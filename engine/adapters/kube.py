@@ -151,15 +151,23 @@ class KubeOperations:
             ),
         )
         try:
-            consume(
-                self.core.create_namespaced_pod_eviction(
+            if op.killer == "delete":  # the rule chose a plain DELETE: no PodDisruptionBudget check
+                response = self.core.delete_namespaced_pod(
+                    op.name,
+                    op.namespace,
+                    body=body.delete_options,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            else:
+                response = self.core.create_namespaced_pod_eviction(
                     op.name,
                     op.namespace,
                     body,
                     _preload_content=False,
                     _request_timeout=REQUEST_TIMEOUT,
                 )
-            )
+            consume(response)
         except ApiException as exc:
             error = describe_error(exc)
             if exc.status == 404:

@@ -100,6 +100,8 @@ class EvictIntent:
     release: Release | None
     grace_period_seconds: int | None
     provenance: Provenance
+    # How the pod is removed (evict.killer): "evictionAPI" (PDBs respected) or "delete".
+    killer: str = "evictionAPI"
 
     kind = "evict"
 
@@ -118,6 +120,7 @@ class EvictIntent:
             "credit": self.credit,
             "release": self.release.to_dict() if self.release else None,
             "gracePeriodSeconds": self.grace_period_seconds,
+            "killer": self.killer,
             "provenance": self.provenance.to_dict(),
         }
 

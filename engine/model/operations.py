@@ -18,6 +18,9 @@ class EvictPod:
     grace_period_seconds: int | None
     reason: str
     rule: str
+    # "evictionAPI": POST the Eviction subresource (PodDisruptionBudgets respected);
+    # "delete": a plain DELETE of the pod (Katalyst's deletion-api-killer). Chosen by the rule.
+    killer: str = "evictionAPI"
 
     kind = "evictPod"
 
@@ -30,6 +33,7 @@ class EvictPod:
             "gracePeriodSeconds": self.grace_period_seconds,
             "reason": self.reason,
             "rule": self.rule,
+            "killer": self.killer,
         }
 
 

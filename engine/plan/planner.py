@@ -126,6 +126,7 @@ def plan(
                         ),
                         reason,
                         intent.provenance.rule,
+                        intent.killer,
                     )
                 )
             continue

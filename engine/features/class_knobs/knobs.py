@@ -152,13 +152,6 @@ NEVER_KILL_OOM_PRIORITY = 300
 KATALYST_OOM_PASSTHROUGH: frozenset[int] = frozenset({NEVER_KILL_OOM_PRIORITY})
 SPECIAL_OOM_PRIORITIES: frozenset[int] = frozenset({IGNORE_OOM_PRIORITY, NEVER_KILL_OOM_PRIORITY})
 
-KATALYST_OOM_BANDS: Mapping[str, OomPriority] = {
-    "reclaimed_cores": OomPriority(default=-100, min=-100, max=0),
-    "shared_cores": OomPriority(default=0, min=0, max=100),
-    "dedicated_cores": OomPriority(default=100, min=100, max=200),
-    "system_cores": OomPriority(default=200, min=200, max=300),
-}
-KATALYST_UNKNOWN_LEVEL_OOM_PRIORITY = -100
 
 _GO_ATOI = re.compile(r"[+-]?[0-9]+")
 
@@ -204,15 +197,6 @@ def align_oom_priority(
     if band.max is not None and score >= band.max:
         return band.max - 1
     return score
-
-
-def katalyst_oom_priority(level: str, value: object) -> int | None:
-    """Katalyst's AlignOOMPriority with its four built-in bands; a level it does not know gets -100
-    whatever the user set, as in Katalyst. Unparsable values follow ``align_oom_priority``."""
-    band = KATALYST_OOM_BANDS.get(level)
-    if band is None:
-        return KATALYST_UNKNOWN_LEVEL_OOM_PRIORITY
-    return align_oom_priority(value, band)
 
 
 # --- cpu.idle ---------------------------------------------------------------------------------

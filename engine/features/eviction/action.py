@@ -35,6 +35,8 @@ from engine.features.eviction.strategy import (
     TriggerResult,
     choose,
     eligible,
+    numa_usage_key,
+    on_numa,
     overcommit_trigger,
     rss_overuse_trigger,
     satisfaction_trigger,
@@ -68,11 +70,7 @@ def evict(ctx: ActionContext) -> bool:
     per_group = limit if has_target or rule.scope != "numa" else 1
     left = limit
     picked: set[str] = set()
-    if spec.victims.numa_scoped:
-        ctx.skip(
-            "note: victims.numaScoped needs pods' NUMA placement, which facts do not carry yet; "
-            "every candidate was considered"
-        )
+    numa_scoped = spec.victims.numa_scoped and rule.scope == "numa"
     pending = {uid: rec.credit for uid, rec in t.evicting.items()}
     new = 0
     groups: list[tuple[str | None, Any, list[Candidate], bool]] = []
@@ -105,6 +103,8 @@ def evict(ctx: ActionContext) -> bool:
             facts if isinstance(facts, ItemFacts) and facts is not EMPTY_ITEM else ctx.views.node
         )
         pool = [c for c in candidates if c.workload.uid not in picked]
+        if numa_scoped and key is not None:
+            pool = _on_numa(ctx, spec.victims, pool, key)
         trigger = (
             known
             if known is not None
@@ -136,12 +136,28 @@ def evict(ctx: ActionContext) -> bool:
                     release=release,
                     grace_period_seconds=spec.grace_period_seconds,
                     provenance=ctx.provenance(key, facts, latched, inputs),
+                    killer=spec.killer,
                 )
             )
             if not audit:
                 t.round.chosen[w.uid] = rule.name
             new += 1
     return new > 0
+
+
+def _on_numa(ctx: ActionContext, victims: Victims, pool: list[Candidate], numa: str) -> list[Candidate]:
+    """victims.numaScoped on a per-NUMA rule: only the pods using the matched NUMA node (at least
+    minNumaUsageRatio of its memory). Without per-pod NUMA facts every candidate stays, and the
+    rule's outcome says so."""
+    total = ctx.snap.topology.numa_memory.get(int(numa), 0.0)
+    kept = on_numa(pool, numa, total, victims.min_numa_usage_ratio)
+    if kept is None:
+        ctx.skip(
+            f"note: victims.numaScoped: no pod has facts of its memory use on NUMA node {numa} "
+            f"(pod fact {numa_usage_key(numa)}); every candidate was considered"
+        )
+        return pool
+    return kept
 
 
 def _by_class(ctx: ActionContext, victims: Victims) -> tuple[Workload, ...]:

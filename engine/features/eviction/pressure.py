@@ -266,13 +266,6 @@ def psi_pressure_step(
     return PsiDecision(action, node, average, pressured, len(values), held, reason), PsiState(since)
 
 
-def victim_numa(free_by_numa: Mapping[int, float]) -> int | None:
-    """The NUMA node with the least free memory (lowest id on ties); system pressure evicts from there."""
-    if not free_by_numa:
-        return None
-    return min(free_by_numa, key=lambda n: (free_by_numa[n], n))
-
-
 # ------------------------------------------------------------------ Katalyst: RSS overuse
 
 MEMORY_ENHANCEMENT = "katalyst.kubewharf.io/memory_enhancement"
@@ -528,72 +521,3 @@ def be_satisfaction_release(
         return SatisfactionRelease(0, avg_release, current_release, "current BE satisfaction recovered")
     final = min(avg_release, current_release)
     return SatisfactionRelease(final, avg_release, current_release, "min of average and current release")
-
-
-# ------------------------------------------------------------------ Koordinator: node usage evict
-
-RELEASE_BUFFER_PERCENT = 2
-
-
-@dataclass(frozen=True)
-class UsageRelease:
-    """Koordinator's node-usage release, in the unit of ``capacity`` (milli-cores or bytes)."""
-
-    usage_percent: int
-    threshold_percent: int
-    lower_percent: int
-    capacity: int
-    release: int
-    formula: str
-
-
-def _go_div(a: int, b: int) -> int:
-    """Integer division truncating toward zero, as Go's / on int64."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-def usage_config_error(threshold_percent: int | None, lower_percent: int | None = None) -> str | None:
-    """Why a CPUEvict/MemoryEvict threshold config is invalid, or None (lower defaults to threshold-2)."""
-    if threshold_percent is None:
-        return "threshold percent is required"
-    if threshold_percent < 0:
-        return f"threshold percent {threshold_percent} must not be negative"
-    lower = threshold_percent - RELEASE_BUFFER_PERCENT if lower_percent is None else lower_percent
-    if lower >= threshold_percent:
-        return f"lower percent {lower} must be below threshold percent {threshold_percent}"
-    return None
-
-
-def usage_release(
-    used: int, capacity: int, threshold_percent: int, lower_percent: int | None = None
-) -> UsageRelease | None:
-    """usage% = used * 100 / capacity and release = capacity * (usage% - lower) / 100, both integer
-    divisions; None below the threshold or without a capacity. Units are the caller's (integers)."""
-    if capacity <= 0:
-        return None
-    percent = _go_div(int(used) * 100, int(capacity))
-    if percent < threshold_percent:
-        return None
-    lower = threshold_percent - RELEASE_BUFFER_PERCENT if lower_percent is None else lower_percent
-    release = _go_div(int(capacity) * (percent - lower), 100)
-    formula = f"{capacity} * ({percent} - {lower}) / 100"
-    return UsageRelease(percent, threshold_percent, lower, int(capacity), release, formula)
-
-
-def cpu_usage_release(
-    node_cpu_cores: float, capacity_milli: int, threshold_percent: int, lower_percent: int | None = None
-) -> UsageRelease | None:
-    """Koordinator's CPUEvict: node usage (cores, window average) is truncated to milli-cores first."""
-    return usage_release(int(node_cpu_cores * 1000), capacity_milli, threshold_percent, lower_percent)
-
-
-def memory_usage_release(
-    used_bytes: float, capacity_bytes: int, threshold_percent: int, lower_percent: int | None = None
-) -> UsageRelease | None:
-    """Koordinator's MemoryEvict: bytes truncated to an integer, then the same integer arithmetic.
-
-    ``engine.features.eviction.strategy.release_target`` computes the same target on the rule path in float
-    (no final truncation, no threshold gate); this is the anchor's exact integer form.
-    """
-    return usage_release(int(used_bytes), capacity_bytes, threshold_percent, lower_percent)

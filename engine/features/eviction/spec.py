@@ -20,7 +20,7 @@ from engine.features.eviction.pressure import (
     RECLAIMED_MILLICPU,
     satisfaction_config_error,
 )
-from engine.features.rules.conditions import Condition, comparisons
+from engine.features.rules.conditions import Condition, comparisons, scope_of
 from engine.model.units import parse_duration, parse_quantity
 
 DEFAULT_ORDER = ("class", "priority", "-memory.usage")
@@ -29,11 +29,13 @@ DEFAULT_OVERCOMMIT_THRESHOLD = 5.0  # Katalyst's reclaimed overcommit ratio
 DEFAULT_TOLERANCE_RATE = 5.0
 DEFAULT_TOLERANCE_DURATION = 300.0
 DEFAULT_BATCH_CPU = "kubernetes.io/batch-cpu"
+DEFAULT_KILLER = "evictionAPI"  # Katalyst's default pod-killer, eviction-api-killer
 
 
 @dataclass(frozen=True)
 class Victims:
-    """Who may be evicted (``victims``). ``min_numa_usage_ratio`` is accepted and not used yet."""
+    """Who may be evicted (``victims``). ``numa_scoped`` with ``min_numa_usage_ratio`` keeps, on a
+    per-NUMA rule, the pods using at least that share of the matched NUMA node's memory."""
 
     classes: tuple[str, ...] = ()
     exclude_classes: tuple[str, ...] = ()
@@ -178,8 +180,8 @@ def _duration(cfg: Mapping[str, Any], key: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class EvictSpec:
-    """``then: {evict: ...}``, compiled. ``killer`` is accepted and not used yet (see the report of
-    issue 15: it belongs to the eviction adapter's choice between the Eviction API and a delete)."""
+    """``then: {evict: ...}``, compiled. ``killer`` travels on each intent and operation to the
+    Kubernetes adapter, which POSTs the Eviction subresource or DELETEs the pod accordingly."""
 
     trigger: Trigger | None = None
     victims: Victims = field(default_factory=Victims)
@@ -188,7 +190,7 @@ class EvictSpec:
     cooldown: float | None = None
     max_per_round: int | None = None
     grace_period_seconds: int | None = None
-    killer: str | None = None
+    killer: str = DEFAULT_KILLER
 
     @property
     def ranking(self) -> tuple[str, ...]:
@@ -205,7 +207,7 @@ def compile_spec(raw: Mapping[str, Any]) -> EvictSpec:
         cooldown=parse_duration(str(raw["cooldown"])) if "cooldown" in raw else None,
         max_per_round=raw.get("maxPerRound"),
         grace_period_seconds=raw.get("gracePeriodSeconds"),
-        killer=raw.get("killer"),
+        killer=str(raw.get("killer", DEFAULT_KILLER)),
     )
 
 
@@ -216,6 +218,20 @@ def check(c: Checker, p: JsonPath, params: Mapping[str, Any], when: Condition | 
     for field_name in ("classes", "excludeClasses"):
         for j, name in enumerate(victims.get(field_name) or []):
             c.ref((*p, "victims", field_name, j), name, c.classes, "class")
+    if victims.get("numaScoped") and scope_of(when) != "numa":
+        c.add(
+            (*p, "victims", "numaScoped"),
+            "victims.numaScoped keeps the pods using the NUMA node the rule matched, but this rule "
+            "is not evaluated per NUMA node, so there is no matched NUMA node",
+            "test numa.* facts in the rule's `when` (e.g. numa.memory.watermark_pressure), or remove "
+            "numaScoped",
+        )
+    if "minNumaUsageRatio" in victims and not victims.get("numaScoped"):
+        c.add(
+            (*p, "victims", "minNumaUsageRatio"),
+            "victims.minNumaUsageRatio has no effect without victims.numaScoped: true",
+            "add numaScoped: true (with a `when` on numa.* facts), or remove minNumaUsageRatio",
+        )
     for j, name in enumerate(victims.get("classes") or []):
         cls = c.classes.get(name)
         if cls is not None and cls.get("protected"):

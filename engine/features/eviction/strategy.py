@@ -150,6 +150,30 @@ RESOURCE_FACTS: Mapping[str, tuple[str, str, str]] = {
 }
 
 
+def numa_usage_key(numa: int | str) -> str:
+    """The pod fact holding a pod's memory use on one NUMA node (facts schema: podFacts.numa)."""
+    return f"numa.{numa}.memory_usage_bytes"
+
+
+def on_numa(
+    candidates: Sequence[Candidate], numa: int | str, numa_total: float, min_ratio: float | None
+) -> list[Candidate] | None:
+    """Katalyst's NUMA victim filter (numaVictimMinimumUtilizationThreshold): the candidates whose
+    memory use on ``numa`` is at least ``min_ratio`` of the node's ``numa_total`` bytes; without a
+    ratio, those that use the NUMA node at all. A pod without the fact is left out, as Katalyst
+    skips a pod whose NUMA metric it cannot read. None when no candidate has the fact: the facts
+    carry no per-pod NUMA use, and the caller says so instead of evicting from nothing."""
+    key = numa_usage_key(numa)
+    known = [(c, c.facts.get(key)) for c in candidates]
+    if all(usage is None for _, usage in known):
+        return None
+    if min_ratio is None:
+        return [c for c, usage in known if usage is not None and usage > 0]
+    if numa_total <= 0:
+        return []
+    return [c for c, usage in known if usage is not None and usage / numa_total >= min_ratio]
+
+
 def credit(c: Candidate, resource: str, target: str) -> float:
     """What evicting this pod releases of ``resource``: its usage (default) or its request."""
     if resource in ("batch-cpu", "batch-memory"):

@@ -12,8 +12,6 @@ Units: CPU in cores (float), memory in bytes.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 GiB = 1 << 30
@@ -78,65 +76,6 @@ def estimate_container_cpu(
     if best.value <= 0:
         best = Estimate(fallback, "fallback")
     return best
-
-
-@dataclass(frozen=True)
-class ReclaimSupply:
-    """What the reclaim pool can give: its idle CPUs plus what reclaimed pods already use, capped by quota."""
-
-    value: float
-    cpus: int
-    pool_usage: float  # Σ per-CPU usage ratio over the pool's CPUs
-    cgroup_usage: float  # cores used by the reclaim cgroup
-    quota_cores: float | None  # cfs quota / period, when a quota is set
-
-
-def reclaimed_cores_supply(
-    cpus: int,
-    pool_usage: float,
-    cgroup_usage: float,
-    cfs_quota_us: float | None = None,
-    cfs_period_us: float | None = None,
-) -> ReclaimSupply:
-    """max(|cpus| - Σ usage_ratio, 0) + reclaim cgroup usage, at most quota/period.
-
-    The reclaimed pods' own usage is added back because it is counted in the pool usage but is
-    exactly what they are entitled to keep. A quota applies only when both quota and period are
-    positive (-1 means unlimited).
-    """
-    supply = max(cpus - pool_usage, 0.0) + cgroup_usage
-    quota = None
-    if cfs_quota_us is not None and cfs_period_us is not None and cfs_quota_us > 0 and cfs_period_us > 0:
-        quota = cfs_quota_us / cfs_period_us
-        supply = min(supply, quota)
-    return ReclaimSupply(supply, cpus, pool_usage, cgroup_usage, quota)
-
-
-@dataclass(frozen=True)
-class CpuHeadroom:
-    total: float
-    numa: Mapping[int, float]
-
-
-def default_cpu_headroom(
-    bound: Mapping[int, float],
-    unbound_supply: float | None,
-    unbound_numas: Sequence[int],
-    all_numas: Sequence[int] = (),
-    enable_reclaim: bool = True,
-) -> CpuHeadroom:
-    """The default assembler: a NUMA-bound reclaim region reports ceil(its supply); the supply of the
-    non-bound NUMAs' union is split evenly and truncated; every other NUMA reports 0."""
-    numa: dict[int, float] = dict.fromkeys(all_numas, 0.0)
-    if not enable_reclaim:
-        return CpuHeadroom(0.0, numa)
-    for n, supply in bound.items():
-        numa[n] = float(math.ceil(supply))
-    if unbound_numas and unbound_supply is not None:
-        share = float(int(unbound_supply / len(unbound_numas)))
-        for n in unbound_numas:
-            numa[n] = share
-    return CpuHeadroom(sum(numa.values()), numa)
 
 
 @dataclass(frozen=True)
@@ -238,12 +177,6 @@ def estimate_container_memory(
     return Estimate(value, reference)
 
 
-def memory_requirement(containers: Sequence[MemoryContainer]) -> tuple[float, tuple[Estimate, ...]]:
-    """Σ of the non-reclaimed containers' estimates, with each container's estimate."""
-    estimates = tuple(estimate_container_memory(c) for c in containers)
-    return sum(e.value for e in estimates), estimates
-
-
 @dataclass(frozen=True)
 class SystemMemory:
     """Node memory figures (bytes) and usage by QoS the util buffer needs."""
@@ -332,19 +265,3 @@ def memory_headroom(
     value = min(max(without + extra, 0.0), max_alloc)
     return MemoryHeadroom(value, max_alloc, requirement, without, extra)
 
-
-def numa_memory_headroom(headroom: float, reclaimable: Mapping[int, float]) -> dict[int, int]:
-    """Split the headroom over NUMA nodes in proportion to what each can give (free + inactive file x
-    cacheBasedRatio + reclaimed containers' usage there), truncated to bytes; all zero if none can."""
-    total = sum(reclaimable.values())
-    if total <= 0:
-        return dict.fromkeys(reclaimable, 0)
-    ratio = headroom / total
-    return {n: int(v * ratio) for n, v in reclaimable.items()}
-
-
-def numa_reclaimable(
-    free: float, inactive_file: float, cache_based_ratio: float, reclaimed_usage: float = 0.0
-) -> float:
-    """What one NUMA node can give reclaimed pods, for the split above."""
-    return free + inactive_file * cache_based_ratio + reclaimed_usage

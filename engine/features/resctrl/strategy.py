@@ -45,7 +45,6 @@ _GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 AMD_MAX_MB_UNITS = 160  # Koordinator AMDCCDMaxMBGbps = 25 × 8 × 0.8, in 1/8 GB/s units
 AMD_UNLIMITED_MB = 2048  # AMD's "no limit" (256 GB/s in 1/8 GB/s units)
-AMD_MB_UNIT_MBPS = 1000 // 8  # Katalyst mbUnitAMD: one schemata unit is 1/8 GB/s = 125 MB/s
 KATALYST_MB_RESET_MBPS = 256_000  # Katalyst defaultCCDMBValue; converts to 2048
 
 
@@ -150,20 +149,6 @@ def parse_cbm_mask(cbm_mask: str | int) -> int:
     return value
 
 
-def _runs(value: int) -> tuple[tuple[int, int], ...]:
-    out: list[tuple[int, int]] = []
-    bit = 0
-    while value >> bit:
-        if (value >> bit) & 1:
-            start = bit
-            while (value >> bit) & 1:
-                bit += 1
-            out.append((start, bit))
-        else:
-            bit += 1
-    return tuple(out)
-
-
 def _check_range(start: Percent, end: Percent) -> None:
     for v in (start, end):
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
@@ -214,40 +199,6 @@ def l3_cbm(cbm_mask: str | int, start: Percent, end: Percent, *, min_cbm_bits: i
     lo, hi = _ways_of(ways, start, end, _need_bits(ways, min_cbm_bits), notes)
     value = (1 << hi) - (1 << lo)
     return CbmResult(f"{value:x}", value, ways, ((lo, hi),), tuple(notes))
-
-
-def l3_cbm_union(
-    cbm_mask: str | int,
-    ranges: Sequence[tuple[Percent, Percent]],
-    *,
-    min_cbm_bits: int = 1,
-    sparse_masks: bool = False,
-) -> CbmResult:
-    """The L3 mask covering several percent ranges (each widened to ``min_cbm_bits``).
-
-    Ranges that overlap or touch merge into one run. Separate runs need ``sparse_masks``: Intel
-    hardware requires the 1 bits in one block, and the kernel refuses such a write with
-    "mask has non-consecutive 1-bits"; better to say so here, before a write fails every tick."""
-    if not ranges:
-        raise ResctrlError("no L3 ranges given; a class asking for L3 needs at least one [start, end]")
-    cbm = parse_cbm_mask(cbm_mask)
-    ways = cbm.bit_length()
-    need = _need_bits(ways, min_cbm_bits)
-    notes: list[str] = []
-    value = 0
-    for start, end in ranges:
-        _check_range(start, end)
-        lo, hi = _ways_of(ways, start, end, need, notes)
-        value |= (1 << hi) - (1 << lo)
-    runs = _runs(value)
-    if len(runs) > 1 and not sparse_masks:
-        spans = ", ".join(f"[{s}%, {e}%]" for s, e in ranges)
-        raise ResctrlError(
-            f"L3 ranges {spans} give mask {value:x} with {len(runs)} separate runs of ways, but this node "
-            "requires contiguous cache masks (info/L3/sparse_masks is 0 or absent); use one range or "
-            "ranges that overlap"
-        )
-    return CbmResult(f"{value:x}", value, ways, runs, tuple(notes))
 
 
 # ---------------------------------------------------------------- memory bandwidth
@@ -304,14 +255,6 @@ def mba_amd(percent: Percent) -> MbaResult:
         return MbaResult(AMD_UNLIMITED_MB, "amd_1/8GBps", ("100% is unlimited on AMD: 2048",))
     value = int(AMD_MAX_MB_UNITS * Fraction(percent) / 100)
     return MbaResult(value, "amd_1/8GBps", (f"{percent}% of {AMD_MAX_MB_UNITS} units = {value}",))
-
-
-def mba_amd_from_mbps(mbps: int) -> int:
-    """AMD MB as Katalyst's ``mb`` QRM plugin writes it: MB/s rounded up to 1/8 GB/s units,
-    ``(mbps + 124) / 125``; its reset value 256000 MB/s gives 2048 (unlimited)."""
-    if isinstance(mbps, bool) or not isinstance(mbps, int) or mbps < 0:
-        raise ResctrlError(f"memory bandwidth must be a non-negative integer MB/s, got {mbps!r}")
-    return (mbps + AMD_MB_UNIT_MBPS - 1) // AMD_MB_UNIT_MBPS
 
 
 def mba_value(percent: Percent, caps: Capabilities) -> MbaResult:

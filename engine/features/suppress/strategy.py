@@ -19,7 +19,7 @@ that the engine records as provenance.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -415,30 +415,3 @@ def suppress_cfs_quota(
 
 # ------------------------------------------------------------------ Katalyst: reclaim pool floor per NUMA
 
-
-def reserved_for_reclaim(
-    cpus_per_numa: Topology | Mapping[int, int],
-    *,
-    min_reclaimed_cores: int = 4,
-    numa_min_ratio: float = 0.0,
-    numa_min_cores: float = 2,
-) -> dict[int, int]:
-    """Katalyst sysadvisor's reservedForReclaim: the CPUs per NUMA node the reclaim pool keeps
-    even when shared pools want everything, so reclaimed pods are never starved to zero.
-
-    With a ratio (NumaMinReclaimedResourceRatioForAllocate > 0) each NUMA keeps
-    max(numa_min_cores, ceil(ratio x its CPUs)). Otherwise k = min_reclaimed_cores, clamped to at
-    most the node's CPUs and then at least its NUMA count, is split evenly: max(1, k // #NUMA)."""
-    if isinstance(cpus_per_numa, Topology):
-        sizes = {n: len(cpus_per_numa.cpus_of_numa(n)) for n in cpus_per_numa.numa_ids}
-    else:
-        sizes = dict(cpus_per_numa)
-    if numa_min_ratio > 0:
-        return {
-            n: int(max(numa_min_cores, math.ceil(numa_min_ratio * size))) for n, size in sorted(sizes.items())
-        }
-    numas = max(len(sizes), 1)
-    k = min(min_reclaimed_cores, sum(sizes.values()))
-    k = max(k, numas)
-    per_numa = max(1, k // numas)
-    return {n: per_numa for n in sorted(sizes)}

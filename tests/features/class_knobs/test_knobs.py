@@ -15,7 +15,6 @@ from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents
 from engine.config.policy import OomPriority, QoSClass
 from engine.features.class_knobs import knobs
 from engine.features.class_knobs.knobs import (
-    KATALYST_OOM_BANDS,
     SPECIAL_OOM_PRIORITIES,
     align_oom_priority,
     burst_file,
@@ -24,7 +23,6 @@ from engine.features.class_knobs.knobs import (
     cores_to_milli,
     cpu_idle_value,
     katalyst_burst_us,
-    katalyst_oom_priority,
     milli_cpu_to_quota,
     milli_cpu_to_shares,
     pod_burst_us,
@@ -153,7 +151,6 @@ def test_burst_file_per_cgroup_version() -> None:
         ("shared_cores", None, 0),
         ("dedicated_cores", None, 100),
         ("system_cores", None, 200),
-        ("", None, -100),
         ("reclaimed_cores", -50, -50),
         ("reclaimed_cores", -150, -100),
         ("reclaimed_cores", 100, -1),
@@ -173,14 +170,22 @@ def test_burst_file_per_cgroup_version() -> None:
     ],
 )
 def test_katalyst_align_oom_priority(level: str, value: int | None, expected: int) -> None:
-    """katalyst-core pkg/util/qos/oom_priority_test.go TestAlignOOMPriority, all 21 cases: defaults
-    per level, in-band values kept, below-band to the band's min, at or above the band's max to
-    max - 1, 300 (never kill) through unclamped, an unknown level to -100."""
-    assert katalyst_oom_priority(level, value) == expected
+    """katalyst-core pkg/util/qos/oom_priority_test.go TestAlignOOMPriority, through the bands the
+    bundled policy gives each class (the path classify takes): defaults per level, in-band values
+    kept, below-band to the band's min, at or above the band's max to max - 1, 300 (never kill)
+    through unclamped. (Katalyst's unknown-level cases have no counterpart: a pod qosd cannot
+    classify gets no OOM priority at all.)"""
+    band = _default_policy_classes()[level].oom_priority
+    assert align_oom_priority(value, band) == expected
 
 
-def test_katalyst_unknown_level_ignores_the_user_value() -> None:
-    assert katalyst_oom_priority("best_effort", 50) == -100
+# Katalyst's four built-in bands (pkg/util/qos/oom_priority.go), the anchor the bundled policy matches.
+KATALYST_OOM_BANDS: dict[str, OomPriority] = {
+    "reclaimed_cores": OomPriority(default=-100, min=-100, max=0),
+    "shared_cores": OomPriority(default=0, min=0, max=100),
+    "dedicated_cores": OomPriority(default=100, min=100, max=200),
+    "system_cores": OomPriority(default=200, min=200, max=300),
+}
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from engine.config.pipeline import build_policy, load_documents
+from engine.evaluate.engine import Engine
+from engine.evaluate.state import EngineState
 from engine.features.eviction.pressure import DEFAULT_RSS_OVERUSE_THRESHOLD, RECLAIMED_MILLICPU
 from engine.features.eviction.spec import (
     DEFAULT_ORDER,
@@ -23,7 +25,10 @@ from engine.features.eviction.spec import (
     SuppressionTolerance,
     compile_spec,
 )
-from tests.builders import GiB, snapshot
+from engine.model.operations import EvictPod
+from engine.plan.planner import Guards
+from engine.tick import run_tick
+from tests.builders import GiB, pod, policy, snapshot
 
 
 @pytest.mark.parametrize(
@@ -120,3 +125,31 @@ def test_every_bundled_evict_action_carries_its_spec() -> None:
         evicts = [a for r in policy.rules for a in r.actions if a.kind == "evict"]
         assert evicts, f"the bundled policy {profile} has evict actions"
         assert all(isinstance(a.spec, EvictSpec) and a.spec == compile_spec(a.params) for a in evicts)
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        pytest.param("", "evictionAPI", id="default-eviction-api"),
+        pytest.param("killer: evictionAPI", "evictionAPI", id="eviction-api"),
+        pytest.param("killer: delete", "delete", id="delete"),
+    ],
+)
+def test_killer_travels_from_the_rule_to_the_operation(written: str, expected: str) -> None:
+    """evict.killer is read: it reaches the intent and the evictPod operation the adapter runs."""
+    rules = f"""
+classes:
+  - name: be
+    match: [{{labels: {{tier: be}}}}]
+rules:
+  - name: evict-be
+    then:
+      evict:
+        victims: {{classes: [be]}}
+        {written}
+"""
+    snap = dataclasses.replace(snapshot(), workloads=(pod("b1", labels={"tier": "be"}),))
+    result = run_tick(Engine(policy(rules)), snap, EngineState(), Guards())
+    ops = [op for op in result.plan.operations if isinstance(op, EvictPod)]
+    assert [(op.uid, op.killer) for op in ops] == [("b1", expected)]
+    assert result.evaluation.intents[0].to_dict()["killer"] == expected

@@ -28,9 +28,7 @@ from engine.features.eviction.pressure import (
     be_real_limit_milli,
     be_satisfaction_release,
     be_usage_high_enough,
-    cpu_usage_release,
     enough_samples,
-    memory_usage_release,
     metric_watermarks,
     numa_pressure_step,
     overcommit_victims,
@@ -41,8 +39,6 @@ from engine.features.eviction.pressure import (
     satisfaction_release,
     stronger,
     system_watermark_pressure,
-    usage_config_error,
-    victim_numa,
     zoneinfo_watermarks,
 )
 from engine.features.eviction.spec import ReleaseSpec
@@ -278,9 +274,7 @@ def test_psi_dip_keeps_timer_unless_strict() -> None:
     assert PsiState.from_dict(PsiState(12.5).to_dict()) == PsiState(12.5)
 
 
-def test_victim_numa_and_stronger() -> None:
-    assert victim_numa({0: 5 * GiB, 1: 2 * GiB, 2: 2 * GiB}) == 1
-    assert victim_numa({}) is None
+def test_stronger() -> None:
     assert stronger(R, E, N) is E
     assert stronger(N, R) is R
     assert stronger() is N
@@ -570,72 +564,11 @@ def test_samples_gate_release() -> None:
 # ------------------------------------------------------------------ Koordinator CPUEvict / MemoryEvict
 
 
-@pytest.mark.parametrize(
-    ("used_cores", "lower", "want_percent", "want"),
-    [
-        (81.0, None, 81, 3000),  # Test_calculateReleaseByUsedThresholdPercent: ..._lower78
-        (81.0, 80, 81, 1000),  # ..._lower80
-        (11.0, 80, None, None),  # lower than threshold
-        (80.9999, None, 80, 2000),  # int(80999.9) milli -> 80%
-        (79.9999, None, None, None),
-    ],
-)
-def test_cpu_usage_release(
-    used_cores: float, lower: int | None, want_percent: int | None, want: int | None
-) -> None:
-    """cpuevict: 100-core node, threshold 80."""
-    result = cpu_usage_release(used_cores, 100_000, 80, lower)
-    assert (result.usage_percent if result else None, result.release if result else None) == (
-        want_percent,
-        want,
-    )
-
-
-@pytest.mark.parametrize(
-    ("used", "lower", "want"),
-    [
-        (
-            115 * 10**9,
-            None,
-            20_400_000_000,
-        ),  # memoryevict Test_calculateReleaseByUsedThresholdPercent: lower78
-        (115 * 10**9, 80, 18_000_000_000),  # lower80
-        (80 * 10**9, 80, None),  # lower than threshold (66%)
-    ],
-)
-def test_memory_usage_release(used: int, lower: int | None, want: int | None) -> None:
-    """memoryevict: 120G node, threshold 80; usage% = 115e9 x 100 / 120e9 = 95 (integer)."""
-    result = memory_usage_release(used, 120 * 10**9, 80, lower)
-    assert (result.release if result else None) == want
-
-
-def test_memory_release_agrees_with_rule_path() -> None:
-    """eviction.release_target (the rule path, float) gives the same target on the anchor numbers."""
+def test_memory_release_on_the_rule_path() -> None:
+    """memoryevict Test_calculateReleaseByUsedThresholdPercent (lower78): a 120 GB node at 115 GB,
+    released down to 78%: 120e9 x (95 - 78) / 100 = 20.4 GB, through eviction.release_target."""
     facts = {"memory.usage_bytes": 115e9, "memory.capacity_bytes": 120e9}
     target = release_target(ReleaseSpec.of({"resource": "memory", "lowerPercent": 78}), facts)
-    exact = memory_usage_release(115e9, 120 * 10**9, 80)
-    assert target is not None and exact is not None
-    assert int(target[0]) == exact.release == 20_400_000_000
+    assert target is not None
+    assert int(target[0]) == 20_400_000_000
 
-
-def test_usage_release_without_capacity() -> None:
-    """test_node_memorycapacity_invalid: a zero capacity evicts nothing."""
-    assert memory_usage_release(115e9, 0, 80) is None
-
-
-@pytest.mark.parametrize(
-    ("threshold", "lower", "valid"),
-    [
-        (None, None, False),  # CPUEvictThresholdPercent nil / MemoryEvictThresholdPercent nil
-        (-1, None, False),
-        (20, None, True),  # lower defaults to 18
-        (20, 30, False),
-        (20, 10, True),
-        (80, 80, False),  # memoryevict: lower == threshold
-        (85, 75, True),
-    ],
-)
-def test_usage_config(threshold: int | None, lower: int | None, valid: bool) -> None:
-    """Test_isUsedThresholdConfigValid and memoryevict Test_generateConfigCheck (priority-threshold
-    checks belong to victim selection, not here)."""
-    assert (usage_config_error(threshold, lower) is None) is valid

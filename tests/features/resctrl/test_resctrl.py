@@ -27,9 +27,7 @@ from engine.features.resctrl.strategy import (
     diff_schemata,
     format_line,
     l3_cbm,
-    l3_cbm_union,
     mba_amd,
-    mba_amd_from_mbps,
     mba_intel,
     mba_value,
     parse_schemata,
@@ -106,19 +104,6 @@ def test_min_cbm_bits_above_ways_is_an_error() -> None:
         l3_cbm(0x7FF, 0, 100, min_cbm_bits=12)
 
 
-def test_union_of_ranges() -> None:
-    # [0, 20] + [60, 80] of 10 ways = ways [0, 2) and [6, 8): two runs.
-    with pytest.raises(ResctrlError, match=r"c3 with 2 separate runs.*sparse_masks"):
-        l3_cbm_union(0x3FF, [(0, 20), (60, 80)])
-    sparse = l3_cbm_union(0x3FF, [(0, 20), (60, 80)], sparse_masks=True)
-    assert (sparse.mask, sparse.runs) == ("c3", ((0, 2), (6, 8)))
-    # Overlapping ranges merge into one run and need no sparse support.
-    merged = l3_cbm_union(0x3FF, [(0, 30), (20, 50)])
-    assert (merged.mask, merged.runs) == ("1f", ((0, 5),))
-    with pytest.raises(ResctrlError, match="no L3 ranges"):
-        l3_cbm_union(0x3FF, [])
-
-
 def _go_reference(cbm: int, start: int, end: int) -> int:
     """CalculateCatL3MaskValue as written in Go (float64 ceil)."""
     ways = float(cbm.bit_length())
@@ -145,30 +130,6 @@ def test_cbm_properties(ways: int, data: st.DataObject, rng: tuple[int, int]) ->
     reference = _go_reference(cbm, *rng)
     if bin(reference).count("1") >= max(min_bits, 1):
         assert got.value == reference and got.notes == ()
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    ways=st.integers(1, 32),
-    data=st.data(),
-    ranges=st.lists(percent_ranges, min_size=1, max_size=4),
-    sparse=st.booleans(),
-)
-def test_cbm_union_properties(
-    ways: int, data: st.DataObject, ranges: list[tuple[int, int]], sparse: bool
-) -> None:
-    """Union masks: inside cbm_mask, each run at least min_cbm_bits, contiguous unless sparse."""
-    cbm = (1 << ways) - 1
-    min_bits = data.draw(st.integers(0, ways))
-    try:
-        got = l3_cbm_union(cbm, ranges, min_cbm_bits=min_bits, sparse_masks=sparse)
-    except ResctrlError as err:
-        assert not sparse and "separate runs" in str(err)
-        return
-    assert got.value & ~cbm == 0
-    assert sparse or len(got.runs) == 1
-    assert all(end - start >= max(min_bits, 1) for start, end in got.runs)
-    assert sum(end - start for start, end in got.runs) == bin(got.value).count("1")
 
 
 # ---------------------------------------------------------------- MB
@@ -215,21 +176,6 @@ def test_mba_out_of_range(percent: float) -> None:
 )
 def test_mba_intel_granularity(percent: float, gran: int, min_bw: int, want: int) -> None:
     assert mba_intel(percent, bandwidth_gran=gran, min_bandwidth=min_bw).value == want
-
-
-@pytest.mark.parametrize(
-    ("mbps", "want"), [(4_000, 32), (4_500, 36), (256_000, 2048), (0, 0), (1, 1), (125, 1)]
-)
-def test_katalyst_amd_units(mbps: int, want: int) -> None:
-    """TestCCDPlan_ToSchemataInstruction (4000 -> 32, 4500 -> 36) and the reset value 256000 -> 2048."""
-    assert mba_amd_from_mbps(mbps) == want
-
-
-def test_katalyst_amd_line() -> None:
-    """TestCCDPlan_ToSchemataInstruction writes "MB:0=32;2=36;\\n"; qosd writes the same without ';'."""
-    assert format_line("MB", {0: mba_amd_from_mbps(4_000), 2: mba_amd_from_mbps(4_500)}) == "MB:0=32;2=36"
-    with pytest.raises(ResctrlError):
-        mba_amd_from_mbps(-1)
 
 
 # ---------------------------------------------------------------- schemata
@@ -439,3 +385,8 @@ def test_capabilities_from_snapshot_info() -> None:
     assert caps.has_l3 and caps.has_mb
     with pytest.raises(ResctrlError, match="vendor"):
         Capabilities(num_closids=1, vendor="GenuineIntel")
+
+
+def test_katalyst_amd_line() -> None:
+    """TestCCDPlan_ToSchemataInstruction writes "MB:0=32;2=36;\\n"; qosd writes the same without ';'."""
+    assert format_line("MB", {0: 32, 2: 36}) == "MB:0=32;2=36"

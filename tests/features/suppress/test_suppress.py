@@ -16,7 +16,6 @@ from engine.features.suppress.strategy import (
     UsageSample,
     be_suppress_amount,
     pick_suppress_cpus,
-    reserved_for_reclaim,
     suppress_cfs_quota,
     suppress_cpuset,
 )
@@ -461,36 +460,3 @@ def topo(numas: int, cpus_total: int) -> Topology:
     per = cpus_total // numas
     return Topology(tuple(Cpu(id=i, core=i, socket=0, numa=i // per) for i in range(cpus_total)))
 
-
-RESERVED_CASES = [
-    # id, topology, min reclaimed cores, numa ratio, expected
-    ("reserved for reclaim", topo(2, 16), 4, 0.0, {0: 2, 1: 2}),
-    ("reserved all for reclaim", topo(2, 16), 16, 0.0, {0: 8, 1: 8}),
-    ("less than numa num", topo(8, 16), 4, 0.0, dict.fromkeys(range(8), 1)),
-    ("numa size ratio", topo(2, 64), 4, 0.05, {0: 2, 1: 2}),  # max(2, ceil(0.05 x 32) = 2)
-    # TestGetCoreNumReservedForReclaim on 4 NUMA nodes.
-    ("reserve 4", topo(4, 32), 4, 0.0, dict.fromkeys(range(4), 1)),
-    ("reserve 2", topo(4, 32), 2, 0.0, dict.fromkeys(range(4), 1)),
-    ("reserve 3", topo(4, 32), 3, 0.0, dict.fromkeys(range(4), 1)),
-    ("reserve 0", topo(4, 32), 0, 0.0, dict.fromkeys(range(4), 1)),
-    ("reserve 1", topo(4, 32), 1, 0.0, dict.fromkeys(range(4), 1)),
-    ("reserve 8", topo(4, 32), 8, 0.0, dict.fromkeys(range(4), 2)),
-    # Own: k above the node's CPUs is clamped first (4 -> 2 on 2 CPUs), and a ratio above the floor.
-    ("k above cpus", topo(2, 2), 4, 0.0, {0: 1, 1: 1}),
-    ("ratio above floor", topo(2, 64), 4, 0.1, {0: 4, 1: 4}),  # ceil(3.2)
-]
-
-
-@pytest.mark.parametrize(
-    ("topology", "k", "ratio", "expected"),
-    [c[1:] for c in RESERVED_CASES],
-    ids=[c[0] for c in RESERVED_CASES],
-)
-def test_reserved_for_reclaim_matches_katalyst(
-    topology: Topology, k: int, ratio: float, expected: dict[int, int]
-) -> None:
-    """Test_cpuResourceAdvisor_updateReservedForReclaim and TestGetCoreNumReservedForReclaim: the
-    per-NUMA floor of the reclaim pool, from a Topology and from a CPUs-per-NUMA mapping alike."""
-    assert reserved_for_reclaim(topology, min_reclaimed_cores=k, numa_min_ratio=ratio) == expected
-    sizes = {n: len(topology.cpus_of_numa(n)) for n in topology.numa_ids}
-    assert reserved_for_reclaim(sizes, min_reclaimed_cores=k, numa_min_ratio=ratio) == expected
