@@ -152,3 +152,37 @@ rules:
         "kubepods/besteffort/cpu.cfs_burst_us" in r and "CFS burst 2000000000 us is above the quota 1600000000 us" in r
         for r in skipped
     ), skipped
+
+
+def test_a_steady_tick_is_planned_once_and_a_changed_observation_again() -> None:
+    """The planner answers the same question once: the same intents (the engine hands back the
+    same objects while nothing changed), policy and guards against the same read-only observation
+    (the collector's mapping, never changed once handed out) give back the last plan itself. A
+    different observation, or a plain dict (which its owner may fill in between two calls), is
+    planned afresh."""
+    from types import MappingProxyType
+
+    from engine.plan.planner import plan
+
+    engine = Engine(policy(RULES))
+    snap = snapshot(pods=[be_pod("a"), be_pod("b")])  # type: ignore[list-item]
+    intents = engine.evaluate(snap, EngineState()).intents
+    assert intents
+    observed = MappingProxyType({"kubepods/besteffort/poda": MappingProxyType({"cpu.shares": "2"})})
+    first = plan(intents, engine.policy, Guards(), observed)
+    assert plan(tuple(intents), engine.policy, Guards(), observed) is first
+    assert len(first.operations) == 4
+
+    high = str(int(1.6 * GiB))
+    written = MappingProxyType(
+        {"kubepods/besteffort/poda": MappingProxyType({"cpu.shares": "2", "memory.high": high})}
+    )
+    fewer = plan(intents, engine.policy, Guards(), written)
+    assert fewer is not first and len(fewer.operations) == 3
+    assert plan(intents, engine.policy, Guards(dry_run=True), written).operations == ()
+
+    mutable: dict[str, dict[str, str]] = {}
+    before = plan(intents, engine.policy, Guards(), mutable)
+    mutable["kubepods/besteffort"] = {"cpu.cfs_quota_us": "400000"}
+    after = plan(intents, engine.policy, Guards(), mutable)
+    assert len(before.operations) == 5 and len(after.operations) == 4

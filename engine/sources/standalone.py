@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
+from fnmatch import fnmatchcase, translate
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -270,16 +271,25 @@ def discover(base: str, patterns: Sequence[Sequence[str]]) -> list[str]:
                     if os.path.isdir(f"{directory}/{glob}") and not os.path.islink(f"{directory}/{glob}"):
                         nxt.append(f"{rel}/{glob}" if rel else glob)
                     continue
+                match = _glob(glob)
+                prefix = f"{rel}/" if rel else ""
                 try:
                     with os.scandir(directory) as it:
-                        for entry in it:
-                            if entry.is_dir(follow_symlinks=False) and fnmatchcase(entry.name, glob):
-                                nxt.append(f"{rel}/{entry.name}" if rel else entry.name)
+                        # Runs every tick over every entry: a compiled pattern, no Python frame each.
+                        nxt.extend(
+                            prefix + e.name for e in it if match(e.name) and e.is_dir(follow_symlinks=False)
+                        )
                 except OSError:
                     continue
             level = nxt
         found.update(p for p in level if p)
     return sorted(found)
+
+
+@cache
+def _glob(pattern: str) -> Callable[[str], re.Match[str] | None]:
+    """fnmatchcase's test for one pattern, compiled once (patterns come from the configuration)."""
+    return re.compile(translate(pattern)).match
 
 
 def kube_qos(requests: Mapping[str, float], limits: Mapping[str, float]) -> str:
@@ -310,18 +320,20 @@ class StandaloneSource:
             ctl = next((c for c in ("cpu", "cpuacct", "memory") if c in fs.mounts), "cpu")
             self.base = fs.dir("", ctl)
         self._known: dict[str, Workload] = {}
+        self._paths: list[str] = []  # what discover() found when _last was made
         self._last: tuple[Workload, ...] = ()
 
     def workloads(self) -> tuple[Workload, ...]:
         paths = discover(self.base, self.roots)
-        known = self._known
-        if len(paths) == len(self._last) and all(p in known for p in paths):
+        if paths == self._paths:
             return self._last  # the steady state: same cgroups, same tuple
+        known = self._known
         fresh: dict[str, Workload] = {}
         for rel in paths:
             w = known.get(rel)
             fresh[rel] = w if w is not None else self.build(rel)
         self._known = fresh
+        self._paths = paths
         self._last = tuple(fresh.values())
         return self._last
 
