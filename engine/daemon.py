@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import dataclasses
 import errno
+import gc
 import json
 import logging
 import os
@@ -796,6 +797,11 @@ class Daemon:
             next_at = self.clock()
             while not self.stop.is_set():
                 self.tick()
+                if self.ticks == 1 and not self.config.once:
+                    # What start-up built (modules, the first generation, the collector's caches)
+                    # lives as long as the process: the cyclic collector stops re-scanning it.
+                    gc.collect()
+                    gc.freeze()
                 if self.config.once:
                     break
                 next_at += self.config.interval
@@ -984,6 +990,7 @@ class CollectorSource:
     def __init__(self, collector: NodeCollector, adapter: CgroupAdapter | None = None):
         self.collector = collector
         self.adapter = adapter  # its shares<->weight translation follows the policy's formula
+        self._tracked: tuple[tuple[Any, ...], tuple[tuple[str, str], ...]] = ((), ())  # intents, pairs
         collector.prime()
 
     def collect(self) -> Snapshot:
@@ -1000,9 +1007,11 @@ class CollectorSource:
         return self.adapter.observe(wanted) if self.adapter is not None else {}
 
     def applied(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
-        self.collector.track(
-            (i.path, i.file) for i in result.evaluation.intents if isinstance(i, CgroupIntent)
-        )
+        intents = result.evaluation.intents
+        if intents != self._tracked[0]:  # else the same pairs object: the collector skips them
+            pairs = tuple((i.path, i.file) for i in intents if isinstance(i, CgroupIntent))
+            self._tracked = (intents, pairs)
+        self.collector.track(self._tracked[1])
         for o in outcomes:
             op = getattr(o, "op", None)
             if not isinstance(op, WriteCgroup):

@@ -978,6 +978,38 @@ def test_tracked_files_expire_when_no_longer_tracked(tmp_path: Path) -> None:
     assert seen == [True, True, False, False, False]  # tracked before tick 1: read in ticks 1 and 2
 
 
+def test_the_same_tracked_pairs_again_are_not_stored_again_and_expire_on_the_same_schedule(
+    tmp_path: Path,
+) -> None:
+    """A steady daemon hands track() the same tuple every tick: that call stores nothing (the
+    stamps are renewed when expiry is checked), and what is tracked and when it expires is what
+    tracking a fresh copy every tick gives."""
+    cg = v1_root(tmp_path)
+    v1_cgroup(cg, "qosd-demo/web", 0)
+    class Stores(dict[tuple[str, str], int]):
+        count = 0
+
+        def update(self, *args: Any, **kwargs: Any) -> None:
+            self.count += 1
+            super().update(*args, **kwargs)
+
+    pairs = (("qosd-demo/web", "cpu.shares"),)
+    runs, stores = [], []
+    for same in (True, False):
+        collector, clock = collector_for(tmp_path, cg, track_ttl=2)
+        collector._tracked = Stores()
+        seen = []
+        for tick in range(12):
+            if tick < 8:
+                collector.track(pairs if same else tuple(list(pairs)))
+            clock.t += 1
+            seen.append("cpu.shares" in collector.collect().cgroups.get("qosd-demo/web", {}))
+        runs.append(seen)
+        stores.append(collector._tracked.count)
+    assert runs[0] == runs[1] == [True] * 9 + [False] * 3  # tracked in ticks 1-8, read one tick more
+    assert stores[0] < 8 <= stores[1]  # fresh copies: stored at every call; the same tuple: not
+
+
 def test_observed_files_can_be_staggered_and_writes_are_noted(tmp_path: Path) -> None:
     cg = v1_root(tmp_path)
     v1_cgroup(cg, "qosd-demo/web", 0, cpus="0-3")
