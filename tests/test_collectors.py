@@ -57,6 +57,7 @@ from engine.sources.procfs import (
     rate,
 )
 from engine.sources.standalone import (
+    Kinds,
     StandaloneConfig,
     StandaloneSource,
     config_from_dict,
@@ -1363,6 +1364,41 @@ def test_discovery_matches_per_component_and_skips_symlinks(tmp_path: Path) -> N
     (base / "qosd-a" / "link").symlink_to(base / "other")
     assert discover(str(base), [("qosd*", "*")]) == ["qosd-a/x", "qosd-b/y"]
     assert discover(str(base), [("qosd-a", "x", "nested"), ("other", "z")]) == ["other/z", "qosd-a/x/nested"]
+
+
+def test_discovery_learns_each_names_kind_once_and_again_when_the_directory_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discovery runs every tick: a name's kind is looked up (lstat) the first time it is listed,
+    not at every listing, and what it finds is what a fresh discovery finds, also when a name came
+    back as another kind (the directory's mtime changed: learned again)."""
+    base = tmp_path / "cpu"
+    for rel in ("qosd/a", "qosd/b"):
+        (base / rel).mkdir(parents=True)
+    (base / "qosd" / "cgroup.procs").write_text("")
+    (base / "qosd" / "c").symlink_to(base / "qosd" / "a")
+    kinds = Kinds()
+    looked: list[str] = []
+    lstat = os.lstat
+
+    def counting(path: Any) -> os.stat_result:
+        looked.append(os.path.basename(path))
+        return lstat(path)
+
+    monkeypatch.setattr(os, "lstat", counting)
+    assert discover(str(base), [("qosd", "*")], kinds) == ["qosd/a", "qosd/b"]
+    assert sorted(looked) == ["a", "b", "c", "cgroup.procs", "qosd"]  # qosd: not a symlink?
+    looked.clear()
+    assert discover(str(base), [("qosd", "*")], kinds) == ["qosd/a", "qosd/b"] and looked == ["qosd"]
+    (base / "qosd" / "b").rmdir()
+    (base / "qosd" / "b").write_text("")  # the same name, now a file
+    os.utime(base / "qosd", ns=(1, 1))  # whatever the clock's granularity, the mtime changed
+    (base / "qosd" / "d").mkdir()
+    os.utime(base / "qosd", ns=(2, 2))
+    assert discover(str(base), [("qosd", "*")], kinds) == discover(str(base), [("qosd", "*")]) == [
+        "qosd/a",
+        "qosd/d",
+    ]
 
 
 @pytest.mark.parametrize(

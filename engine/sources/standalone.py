@@ -24,11 +24,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase, translate
 from functools import cache
-from operator import attrgetter, methodcaller
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -259,8 +259,10 @@ def _matches(pattern: Sequence[str], parts: Sequence[str]) -> bool:
     return len(pattern) == len(parts) and all(fnmatchcase(p, g) for p, g in zip(parts, pattern, strict=True))
 
 
-def discover(base: str, patterns: Sequence[Sequence[str]]) -> list[str]:
-    """Cgroup paths below ``base`` that match any pattern (per component; symlinks are not followed)."""
+def discover(base: str, patterns: Sequence[Sequence[str]], kinds: Kinds | None = None) -> list[str]:
+    """Cgroup paths below ``base`` that match any pattern (per component; symlinks are not followed).
+    ``kinds`` remembers which names are directories between calls (see ``Kinds``)."""
+    kinds = kinds if kinds is not None else Kinds()
     found: set[str] = set()
     for pattern in patterns:
         level = [""]
@@ -273,20 +275,55 @@ def discover(base: str, patterns: Sequence[Sequence[str]]) -> list[str]:
                         nxt.append(f"{rel}/{glob}" if rel else glob)
                     continue
                 try:
-                    with os.scandir(directory) as it:
-                        # Every tick over every entry: C-level filters, no Python frame per entry.
-                        names = filter(_glob(glob), map(_NAME, filter(_IS_DIR, it)))
-                        nxt.extend(map(f"{rel}/".__add__, names) if rel else names)
+                    names = set(filter(_glob(glob), os.listdir(directory)))
                 except OSError:
                     continue
+                subdirs = kinds.subdirectories(directory, names)
+                nxt.extend(map(f"{rel}/".__add__, subdirs) if rel else subdirs)
             level = nxt
         found.update(level)
     found.discard("")  # an empty pattern names the base itself, which is no workload
     return sorted(found)
 
 
-_IS_DIR = methodcaller("is_dir", follow_symlinks=False)
-_NAME = attrgetter("name")
+class Kinds:
+    """Which names of a directory are subdirectories (not following symlinks), learned once per
+    name. Discovery lists the workload directories every tick, and the names that matter rarely
+    change: only a name not seen before costs an ``lstat``; the rest is set arithmetic, with no
+    Python frame per entry. A cgroup hierarchy never turns a name into another kind (only
+    directories can be created in it). Elsewhere (a test tree) a name deleted and recreated as
+    another kind between two listings changes the directory's mtime, and then the directory is
+    learned again; so is every directory every ``relearn`` calls, for timestamps too coarse to
+    tell."""
+
+    def __init__(self, relearn: int = 64) -> None:
+        self.relearn = max(relearn, 1)
+        self.calls = 0
+        # directory -> (its mtime when learned, subdirectories, other names)
+        self._known: dict[str, tuple[int, set[str], set[str]]] = {}
+
+    def subdirectories(self, directory: str, names: set[str]) -> set[str]:
+        """The subdirectories among ``names`` (entries of ``directory`` listed just now)."""
+        self.calls += 1
+        if self.calls % self.relearn == 0:
+            self._known.clear()
+        try:
+            mtime = os.stat(directory).st_mtime_ns
+        except OSError:
+            return set()
+        known = self._known.get(directory)
+        if known is None or known[0] != mtime:
+            known = self._known[directory] = (mtime, set(), set())
+        _, dirs, others = known
+        dirs &= names  # forget what is gone: a name that comes back is learned again
+        others &= names
+        for name in names - dirs - others:
+            try:
+                mode = os.lstat(f"{directory}/{name}").st_mode
+            except OSError:
+                continue  # gone since the listing
+            (dirs if stat.S_ISDIR(mode) else others).add(name)
+        return dirs & names
 
 
 @cache
@@ -324,10 +361,11 @@ class StandaloneSource:
             self.base = fs.dir("", ctl)
         self._known: dict[str, Workload] = {}
         self._paths: list[str] = []  # what discover() found when _last was made
+        self._kinds = Kinds()
         self._last: tuple[Workload, ...] = ()
 
     def workloads(self) -> tuple[Workload, ...]:
-        paths = discover(self.base, self.roots)
+        paths = discover(self.base, self.roots, self._kinds)
         if paths == self._paths:
             return self._last  # the steady state: same cgroups, same tuple
         known = self._known
