@@ -29,6 +29,7 @@ from watchdog.events import (
     FileOpenedEvent,
 )
 
+from bench.bench_reload import DOC as SITE  # one site overlay: a threshold to change
 from engine.config.load import expand_paths, is_rule_file_name, skipped_entry, yaml_files_under
 from engine.config.pipeline import REFERENCE_NODE, load_documents
 from engine.reload import ReloadConfig, Reloader, ReloadOutcome, rule_files
@@ -301,17 +302,6 @@ def test_configmap_update_makes_one_callback_and_is_read_without_duplicates(
     assert [(d.name, d.data["spec"]["priority"]) for d in docs] == [("a", 2)]
 
 
-SITE = """\
-apiVersion: qosd.io/v1alpha1
-kind: QoSPolicy
-metadata: {{name: site}}
-spec:
-  priority: 10
-  nodeSelector:
-    matchExpressions:
-      - {{key: qosd.io/profile, operator: NotIn, values: [koordinator]}}
-  reclaim: {{cpu: {{headroom: {{reservedForAllocate: {value}}}}}}}
-"""
 
 
 class Outcomes:
