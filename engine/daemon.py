@@ -67,6 +67,7 @@ from prometheus_client import (
 )
 
 from engine.adapters.cgroup import CgroupAdapter
+from engine.adapters.evict import StandaloneEvictions
 from engine.adapters.executor import NodeExecutor
 from engine.adapters.fsio import errno_name, open_nofollow
 from engine.adapters.mounts import CgroupUnavailable
@@ -85,7 +86,7 @@ from engine.plan.planner import Guards, Held, Plan
 from engine.reload import PolicyLayer, ReloadConfig, Reloader
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import PinnedReader
-from engine.sources.standalone import PatternError, standalone_collector
+from engine.sources.standalone import PatternError, StandaloneSource, standalone_collector
 from engine.tick import TickResult, plan_tick, run_tick
 
 API_VERSION = "qosd.io/v1alpha1"
@@ -140,6 +141,14 @@ class Executor(Protocol):
 
     def apply(self, operations: Sequence[Operation]) -> Sequence[OperationOutcome]: ...
 
+    def finished(self) -> Sequence[OperationOutcome]:
+        """Outcomes of operations an earlier tick started that completed since (standalone evictions)."""
+        ...
+
+    def wait(self, timeout: float) -> bool:
+        """Until nothing started is in progress (at most ``timeout`` seconds); True when nothing is."""
+        ...
+
 
 @dataclass(frozen=True)
 class DaemonConfig:
@@ -193,7 +202,10 @@ class Metrics:
             "qosd_held_total", "Intents the planner held back, by rule.", ["rule"], registry=r
         )
         self.evictions = Counter(
-            "qosd_evictions_total", "Evictions requested, by rule.", ["rule"], registry=r
+            "qosd_evictions_total",
+            "Evictions carried out (the API accepted it; standalone: the processes are gone), by rule.",
+            ["rule"],
+            registry=r,
         )
         self.reloads = Counter(
             "qosd_config_reloads_total",
@@ -308,15 +320,19 @@ def _with_observed(snap: Snapshot, found: Mapping[str, Mapping[str, str]]) -> Sn
     return dataclasses.replace(snap, cgroups=cgroups)
 
 
+NOT_DONE = ("deferred", "failed", "skipped")
+
+
 def _unrecord_refused(state: EngineState, outcomes: Sequence[OperationOutcome]) -> EngineState:
-    """Forget the evictions the API did not carry out (a PodDisruptionBudget's 429, an error), so the
+    """Forget the evictions not carried out (a PodDisruptionBudget's 429, an error, no adapter, a
+    standalone eviction whose processes outlived SIGKILL), so the
     pods are not counted as released and a later round may choose them again. The rule's firing
     stays recorded, so its rate limits still count the attempt. No pod can be evicted twice: each
     request carries the pod's UID as a precondition."""
     refused = {
         op.uid
         for o in outcomes
-        if o.status in ("deferred", "failed") and isinstance(op := getattr(o, "op", None), EvictPod)
+        if o.status in NOT_DONE and isinstance(op := getattr(o, "op", None), EvictPod)
     }
     if not refused or not refused & state.evicting.keys():
         return state
@@ -351,6 +367,28 @@ def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> di
     return doc
 
 
+def finished_record(
+    done: Sequence[OperationOutcome], state: EngineState, engine: Engine, now: float
+) -> dict[str, Any]:
+    """An Evaluation document of operations that completed after the tick that started them (no
+    new decisions: the intents are in the record of that tick)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Evaluation",
+        "time": now,
+        "policy": {"hash": engine.policy.hash, "generation": engine.generation},
+        "fired": [],
+        "intents": [],
+        "skipped": [],
+        "workloadIssues": [],
+        "operations": [o.to_dict()["operation"] for o in done],
+        "held": [],
+        "results": [o.to_dict() for o in done],
+        "state": state.to_dict(),
+    }
+
+
+FINISH_TIMEOUT = 900.0  # longest wait at exit for started evictions (their grace periods) to end
 REPORT_SECONDS = 60.0  # a fault that repeats every tick is logged at most this often per key
 MAX_THROTTLE_KEYS = 4096  # distinct faults remembered; the oldest reports are forgotten beyond
 
@@ -696,6 +734,7 @@ class Daemon:
         """Collect, (re)load the policy if needed, evaluate, plan, persist state, apply. Never raises."""
         started = time.perf_counter()
         try:
+            self._settle()
             snap = self.source.collect()
             self.reloader.observe_node(snap.node)
             engine = self.reloader.engine  # one read: a reload in another thread swaps it atomically
@@ -741,15 +780,34 @@ class Daemon:
             self.metrics.last_tick.set(self.last_tick_at)
             self.metrics.tick_seconds.observe(time.perf_counter() - started)
 
+    def _settle(self) -> None:
+        """Record the operations earlier ticks started that completed since (a standalone eviction
+        is *applied* once its processes are gone, or *failed*): metrics, the audit log and the
+        engine's eviction records then say what happened, not what was begun."""
+        done = self.executor.finished()
+        if not done:
+            return
+        self.state = _unrecord_refused(self.state, done)
+        for outcome in done:
+            op = getattr(outcome, "op", None)
+            if op is not None:
+                self._count(op, outcome)
+        engine = self.reloader.engine  # set: the tick that started them had one
+        if self.audit is not None and engine is not None:
+            self.audit.append(finished_record(done, self.state, engine, time.time()))
+
+    def _count(self, op: Operation, outcome: OperationOutcome) -> None:
+        self.metrics.actions.labels(op.kind, outcome.status).inc()
+        if op.kind == "evictPod" and outcome.status in ("applied", "unchanged"):
+            self.metrics.evictions.labels(str(getattr(op, "rule", ""))).inc()
+        self._report_failure(op, outcome)
+
     def _account(self, result: TickResult, outcomes: Sequence[OperationOutcome], engine: Engine) -> None:
         modes = {r.name: r.mode for r in engine.policy.rules}
         for rule in result.evaluation.fired:
             self.metrics.rule_matches.labels(rule, modes.get(rule, "enforce")).inc()
         for op, outcome in zip(result.plan.operations, outcomes, strict=False):
-            self.metrics.actions.labels(op.kind, outcome.status).inc()
-            if op.kind == "evictPod" and outcome.status in ("applied", "unchanged"):
-                self.metrics.evictions.labels(str(getattr(op, "rule", ""))).inc()
-            self._report_failure(op, outcome)
+            self._count(op, outcome)
         for held in result.plan.held:
             self.metrics.held.labels(held.intent.provenance.rule).inc()
 
@@ -810,6 +868,7 @@ class Daemon:
                     next_at = self.clock()
                     delay = 0
                 self.stop.wait(delay)
+            self._finish_started()
         finally:
             self.shutdown()
             if self._server is not None:
@@ -817,6 +876,19 @@ class Daemon:
                 self._server.server_close()
             log.info("qosd stopped", extra={"fields": {"ticks": self.ticks}})
         return 0 if self.reloader.engine is not None else 1
+
+    def _finish_started(self) -> None:
+        """Before exiting, let what the ticks started complete (a standalone eviction's grace period
+        and SIGKILL) and record it: a process left SIGTERMed and never followed up is neither
+        evicted nor reported."""
+        if not self.executor.wait(0):
+            log.info("waiting for evictions in progress to finish before stopping")
+            if not self.executor.wait(FINISH_TIMEOUT):
+                log.warning(
+                    "evictions still in progress at exit; their outcome is not recorded",
+                    extra={"fields": {"waitedSeconds": FINISH_TIMEOUT}},
+                )
+        self._settle()
 
     def start(self, sync_timeout: float | None = None) -> None:
         """Start the background services and wait (bounded) until their first lists are in, so the
@@ -1078,6 +1150,8 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     interval, labels, adapter = _common(args)
     if args.workloads is not None and not args.workloads.is_file():
         raise UsageError(f"--workloads {args.workloads}: no such file")
+    # One adapter reads resctrl's facts for every snapshot (dry run too) and applies its operations.
+    resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
     try:
         collector = standalone_collector(
             args.cgroup_root,
@@ -1085,6 +1159,7 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
             args.root or None,
             options=daemon_options(interval),
             observe=adapter.observe,
+            resctrl=resctrl.info,
         )
     except PatternError as exc:
         raise UsageError(f"--root: {exc}") from None
@@ -1094,11 +1169,18 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     if args.dry_run:
         executor = RecordingExecutor()
     else:
-        resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
+        source = collector.source
+        if not isinstance(source, StandaloneSource):
+            raise TypeError(f"standalone_collector returned a {type(source).__name__} workload source")
+        evictions = StandaloneEvictions(collector.cgroup, source.cgroup_of)
         executor = NodeExecutor(
             cgroup=adapter,
             resctrl=resctrl,
-            others={kind: _standalone_refusal for kind in KUBE_OPERATIONS},
+            others={
+                **{kind: _standalone_refusal for kind in KUBE_OPERATIONS},
+                EvictPod.kind: evictions.evict,
+            },
+            finishing=(evictions,),
         )
     watch = _watch_files(args)
     daemon = Daemon(_config(args, interval, labels, watch), CollectorSource(collector, adapter), executor)
@@ -1148,12 +1230,14 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         driver = detect_driver(fs.dir("", "cpu").rstrip("/")) or "systemd"
     node = NodeWatch(api, node_name)
     pods = KubePodSource(pod_reflector(api, node_name), driver)
+    resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
     collector = NodeCollector(
         pods,
         fs,
         node_name=node_name,
         options=daemon_options(interval),
         observe=adapter.observe,
+        resctrl=resctrl.info,
     )
     events = EventRecorder(api, host=node_name)
     policies = PolicyWatch(api)
@@ -1164,7 +1248,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         kube_ops = KubeOperations(api, node_name, events, node.node)
         executor = NodeExecutor(
             cgroup=adapter,
-            resctrl=ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks),
+            resctrl=resctrl,
             others=kube_ops.handlers(),
         )
     watch = _watch_files(args)

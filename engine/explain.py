@@ -463,12 +463,61 @@ def _release_text(intent: Mapping[str, Any], round_intents: Sequence[Mapping[str
     return text
 
 
+def evict_results(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]] | None:
+    """What the adapters reported for each evicted pod uid in an audit record; None for a document
+    without results (``qosd eval`` and ``simulate`` plan, they do not execute)."""
+    if "results" not in doc:
+        return None
+    out: dict[str, Mapping[str, Any]] = {}
+    for r in doc.get("results") or ():
+        op = r.get("operation") or {}
+        if op.get("kind") == "evictPod":
+            out[str(op.get("uid"))] = r
+    return out
+
+
+def _evict_verb(held: str | None, result: Mapping[str, Any] | None, recorded: bool) -> tuple[str, str]:
+    """(verb, what followed) of an evict intent: "Evicted" only when the adapter reported it done
+    (the API accepted the Eviction; standalone: the processes are gone)."""
+    if held is not None:
+        return "Would have evicted", ""
+    if not recorded:
+        return "Chose to evict", ""
+    if result is None:
+        return "Chose to evict", " No operation result was recorded for it."
+    status = str(result.get("status"))
+    detail = result.get("detail") or result.get("error") or ""
+    if status == "applied":
+        return "Evicted", ""
+    if status == "started":
+        return "Started evicting", f" In progress: {detail}."
+    if status == "unchanged":
+        return "Chose to evict", f" Nothing to do: {detail}."
+    return "Did not evict", f" Not done ({status}): {detail}."
+
+
+def explain_finished(result: Mapping[str, Any]) -> str:
+    """An eviction an earlier tick started, now ended (its intent is in that tick's record)."""
+    op = result.get("operation") or {}
+    who = f"{op.get('namespace')}/{op.get('name')} (rule {op.get('rule')}, started in an earlier tick)"
+    if result.get("status") == "applied":
+        return f"Evicted {who}: {result.get('detail')}."
+    why = result.get("error") or result.get("detail")
+    return f"Did not evict {who}: {result.get('status')}: {why}."
+
+
 def explain_evict(
-    intent: Mapping[str, Any], held: str | None, round_intents: Sequence[Mapping[str, Any]]
+    intent: Mapping[str, Any],
+    held: str | None,
+    round_intents: Sequence[Mapping[str, Any]],
+    result: Mapping[str, Any] | None = None,
+    recorded: bool = False,
 ) -> str:
+    """``recorded``: the document holds the adapters' results (an audit log); ``result`` is the one
+    of this intent's operation."""
     p = intent.get("provenance") or {}
     inputs = p.get("inputs") or {}
-    verb = "Would have evicted" if held is not None else "Evicted"
+    verb, after = _evict_verb(held, result, recorded)
     details = [f"class {intent.get('class') or 'none'}"]
     rank = f"rank {intent.get('rank')}"
     if isinstance(inputs.get("candidates"), int):
@@ -486,7 +535,7 @@ def explain_evict(
     )
     if held is not None:
         text += f" Held: {held}."
-    return text
+    return text + after
 
 
 def explain_node_intent(intent: Mapping[str, Any], held: str | None) -> str:
@@ -573,6 +622,7 @@ def explain_tick(
         if intent.get("kind") == "evict":
             p = intent.get("provenance") or {}
             rounds.setdefault((p.get("rule"), p.get("item")), []).append(intent)
+    results = evict_results(doc)
     out: list[Sentence] = []
     for intent, held in zip(intents, reasons, strict=True):
         p = intent.get("provenance") or {}
@@ -583,12 +633,27 @@ def explain_tick(
         if target is not None and not _target_matches(target, intent):
             continue
         if intent.get("kind") == "evict":
-            text = explain_evict(intent, held, rounds[(p.get("rule"), p.get("item"))])
+            text = explain_evict(
+                intent,
+                held,
+                rounds[(p.get("rule"), p.get("item"))],
+                (results or {}).get(str(intent.get("uid"))),
+                results is not None,
+            )
         elif intent.get("kind") == "cgroup":
             text = explain_cgroup(intent, held, doc.get("operations") or ())
         else:
             text = explain_node_intent(intent, held)
         out.append(Sentence(str(intent.get("kind")), name, tgt, text, held, p.get("mode") == "audit"))
+    decided = {str(i.get("uid")) for i in intents if i.get("kind") == "evict"}
+    for uid, r in (results or {}).items():
+        op = r.get("operation") or {}
+        who = f"{op.get('namespace')}/{op.get('name')}"
+        if uid in decided or (rule is not None and op.get("rule") != rule):
+            continue
+        if target is not None and target not in (who, uid, str(op.get("name"))):
+            continue
+        out.append(Sentence("evict", op.get("rule"), who, explain_finished(r)))
     if target is None:
         for s in doc.get("skipped") or ():
             if rule is None or s.get("rule") == rule:

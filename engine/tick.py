@@ -35,6 +35,14 @@ def plan_tick(engine: Engine, evaluation: Evaluation, snapshot: Snapshot, guards
     Separate from evaluation so the daemon can plan again, unchanged decisions against a fuller
     observation (files it had not read yet), without evaluating twice."""
     resctrl = snapshot.resctrl.groups if snapshot.resctrl.mounted else None
-    result = plan(evaluation.intents, engine.policy, guards, snapshot.cgroups, resctrl)
+    # by_uid is built only when an eviction needs its pod (the pod's own grace period).
+    result = plan(
+        evaluation.intents,
+        engine.policy,
+        guards,
+        snapshot.cgroups,
+        resctrl,
+        lambda uid: snapshot.by_uid.get(uid),
+    )
     next_state = record_evictions(evaluation.state, list(result.evicted), snapshot.time)
     return TickResult(evaluation, result, next_state)

@@ -4,6 +4,7 @@ tightened last (Koordinator's leveled update), knob units as the kubelet compute
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -180,6 +181,35 @@ def test_a_steady_tick_is_planned_once_and_a_changed_observation_again() -> None
     fewer = plan(intents, engine.policy, Guards(), written)
     assert fewer is not first and len(fewer.operations) == 3
     assert plan(intents, engine.policy, Guards(dry_run=True), written).operations == ()
+
+    # An eviction asking for the pod's own grace period looks the pod up: a different lookup is
+    # a different question (the daemon passes a new one every tick), unless nothing is evicted.
+    from engine.model.facts import Workload
+    from engine.model.intents import EvictIntent, Provenance
+    from engine.model.operations import EvictPod
+
+    victim = pod("victim")
+    evict = EvictIntent(
+        victim.uid, "ns", "p", None, 1, (), 0.0, None, -1, Provenance("r", "h", 1, "f", "enforce")
+    )
+    pods = {victim.uid: replace(victim, termination_grace_seconds=7)}
+    pods_later = {victim.uid: replace(victim, termination_grace_seconds=9)}
+
+    def lookup(table: dict[str, Workload]) -> Any:
+        return table.get
+
+    graces = [
+        next(
+            op.grace_period_seconds
+            for op in plan((*intents, evict), engine.policy, Guards(), written, workload=lookup(table)).operations
+            if isinstance(op, EvictPod)
+        )
+        for table in (pods, pods_later)
+    ]
+    assert graces == [7, 9]
+    assert plan(intents, engine.policy, Guards(), written, workload=lookup(pods)) is plan(
+        intents, engine.policy, Guards(), written, workload=lookup(pods_later)
+    )
 
     mutable: dict[str, dict[str, str]] = {}
     before = plan(intents, engine.policy, Guards(), mutable)

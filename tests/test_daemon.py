@@ -197,6 +197,12 @@ class SignalDuringApply:
         self.results = out
         return out
 
+    def finished(self) -> list[Any]:
+        return list(self.inner.finished())
+
+    def wait(self, timeout: float) -> bool:
+        return bool(self.inner.wait(timeout))
+
 
 @pytest.mark.realcgroup
 def test_sigterm_mid_tick_finishes_the_whole_plan_then_stops(tree: Subtree, tmp_path: Path) -> None:

@@ -59,12 +59,12 @@ def test_memory_pressure_eviction_in_words(capsys: pytest.CaptureFixture[str], t
     )
     r = ref(doc, "be-memory-evict")
     assert (
-        f"- Evicted batch/etl-small (class BE, rank 1 of 5 by priority 5000, memory.usage 1.0 GiB, name etl-small) "
+        f"- Chose to evict batch/etl-small (class BE, rank 1 of 5 by priority 5000, memory.usage 1.0 GiB, name etl-small) "
         f"because {r} saw node.memory.usage_percent = 82 >= 70; it releases down to 68%: "
         "68719476736 * (82 - 68) / 100 = 9.0 GiB, 0 already pending; this eviction brings released to 1.0 GiB."
     ) in lines
     assert (
-        f"- Evicted batch/spark-exec-1 (class BE, rank 2 of 5 by priority 5500, memory.usage 12.0 GiB, "
+        f"- Chose to evict batch/spark-exec-1 (class BE, rank 2 of 5 by priority 5500, memory.usage 12.0 GiB, "
         f"name spark-exec-1) because {r} saw node.memory.usage_percent = 82 >= 70; it releases down to 68%: "
         "68719476736 * (82 - 68) / 100 = 9.0 GiB, 0 already pending; this eviction brings released to 13.0 GiB "
         "(target met)."
@@ -97,7 +97,7 @@ def test_held_by_the_eviction_burst(capsys: pytest.CaptureFixture[str], tmp_path
     code, out, _ = explain(capsys, str(path), "--rule", "be-memory-evict")
     assert code == 0
     lines = [line for line in out.splitlines() if line.startswith("- ")]
-    assert lines[0].startswith("- Evicted batch/etl-small (")
+    assert lines[0].startswith("- Chose to evict batch/etl-small (")
     assert lines[1].startswith("- Would have evicted batch/spark-exec-1 (")
     assert lines[1].endswith(
         "this eviction brings released to 13.0 GiB (target met). Held: eviction burst of 1 per tick reached."
@@ -130,8 +130,14 @@ def test_system_memory_pressure_and_taint(capsys: pytest.CaptureFixture[str], tm
     state = tmp_path / "state.json"
     state.write_text(
         json.dumps(
-            {"heldSince": {}, "latched": [], "lastFired": {}, "firedAt": {}, "evicting": {},
-             "pressure": {"psiSince": 1699999985}}
+            {
+                "heldSince": {},
+                "latched": [],
+                "lastFired": {},
+                "firedAt": {},
+                "evicting": {},
+                "pressure": {"psiSince": 1699999985},
+            }
         )
     )
     facts = str(SNAPSHOTS / "system-memory-psi-pressure.yaml")
@@ -140,7 +146,7 @@ def test_system_memory_pressure_and_taint(capsys: pytest.CaptureFixture[str], tm
     code, out, _ = explain(capsys, str(path))
     assert code == 0
     assert (
-        f"- Evicted batch/etl (class reclaimed_cores, rank 1 of 8 by class eviction priority 0, priority 50, "
+        f"- Chose to evict batch/etl (class reclaimed_cores, rank 1 of 8 by class eviction priority 0, priority 50, "
         f"memory.usage 1.0 GiB, grace period 1s) because {ref(doc, 'system-memory-pressure-reclaimed')} saw "
         "node.memory.pressure = reclaimed_eviction = reclaimed_eviction; it has no release target, so it "
         "evicts its top-ranked candidates up to its per-round limit."
@@ -169,7 +175,7 @@ def test_protected_class_overlay_and_own_grace(capsys: pytest.CaptureFixture[str
     code, out, _ = explain(capsys, str(path), "--rule", "numa-memory-pressure")
     assert code == 0
     assert (
-        "- Evicted shop/web (class shared_cores, rank 1 of 3 by class eviction priority 100, priority 1000"
+        "- Chose to evict shop/web (class shared_cores, rank 1 of 3 by class eviction priority 100, priority 1000"
         in out
     )
     assert "the pod's own grace period" in out
@@ -222,7 +228,10 @@ def test_audit_log_and_simulation(capsys: pytest.CaptureFixture[str], tmp_path: 
     blocks = out.split("\n\n")
     assert blocks[0].startswith(f"[{log}:1] Tick at")
     assert blocks[1].startswith(f"[{log}:3] Tick at")
-    assert "- Evicted batch/spark-exec-1" in blocks[0] and "- Would have evicted batch/spark-big" in blocks[1]
+    assert (
+        "- Chose to evict batch/spark-exec-1" in blocks[0]
+        and "- Would have evicted batch/spark-big" in blocks[1]
+    )
 
     sim = tmp_path / "sim.json"
     sim.write_text(
@@ -423,3 +432,81 @@ def test_cgroup_writes_and_values_already_in_place(
         "- Kept kubepods/burstable/podls-1/cpu.cfs_burst_us (pod shop/frontend) at 4000000 "
         "(it already holds that value; nothing written)"
     ) in out
+
+
+# ---------------------------------------------------------------- what the adapters reported
+
+
+def _result(op: dict[str, Any], status: str, **extra: str) -> dict[str, Any]:
+    return {"operation": op, "status": status, "attempts": 1, **extra}
+
+
+@pytest.mark.parametrize(
+    ("status", "extra", "said"),
+    [
+        ("applied", {"detail": "evicted"}, "- Evicted batch/etl-small ("),
+        ("started", {"detail": "SIGTERM sent to 3 process(es)"}, "- Started evicting batch/etl-small ("),
+        ("failed", {"error": "survived SIGKILL"}, "- Did not evict batch/etl-small ("),
+        ("skipped", {"error": "standalone mode: no Kubernetes API"}, "- Did not evict batch/etl-small ("),
+        ("deferred", {"error": "a PodDisruptionBudget"}, "- Did not evict batch/etl-small ("),
+        (
+            "unchanged",
+            {"detail": "no process in cgroup batch/etl-small"},
+            "- Chose to evict batch/etl-small (",
+        ),
+    ],
+)
+def test_an_audit_record_says_evicted_only_for_what_the_adapter_did(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, status: str, extra: dict[str, str], said: str
+) -> None:
+    """An audit record carries the adapters' results: "Evicted" only for an eviction reported
+    applied; a started one says it is in progress; anything else says it was not done and why."""
+    doc = load(evaluate(capsys, tmp_path, "--facts", str(SNAPSHOTS / "memory-pressure.yaml")))
+    doc["results"] = [
+        _result(op, status if op.get("name") == "etl-small" else "applied", **extra) for op in doc["operations"]
+    ]
+    log = tmp_path / "audit.jsonl"
+    log.write_text(json.dumps(doc) + "\n")
+    code, out, _ = explain(capsys, str(log), "--target", "batch/etl-small")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("- "))
+    assert line.startswith(said), line
+    if status != "applied":
+        assert "Evicted" not in out
+        assert next(iter(extra.values())) in line
+
+
+def test_an_eviction_finished_after_its_tick_is_explained_from_its_own_record(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A standalone eviction ends ticks after it started: the record of that moment has no intent,
+    only the result, and says whether the processes are gone."""
+    from engine.adapters.result import OperationResult
+    from engine.daemon import finished_record
+    from engine.evaluate.engine import Engine
+    from engine.evaluate.state import EngineState
+    from engine.model.operations import EvictPod
+    from tests.builders import policy
+
+    op = EvictPod("batch/etl", "batch", "etl", 30, "memory pressure", "numa-memory-pressure")
+    gone = OperationResult(
+        op, "applied", None, 1, "evicted batch/etl (cgroup batch/etl): its 3 process(es) are gone"
+    )
+    stuck = OperationResult(
+        EvictPod("batch/k", "batch", "k", 30, "r", "numa-memory-pressure"),
+        "failed",
+        "1 process(es) still there",
+    )
+    log = tmp_path / "audit.jsonl"
+    engine = Engine(policy("classes:\n  - name: be\n    match: [{labels: {tier: be}}]\n"), generation=3)
+    log.write_text(json.dumps(finished_record([gone, stuck], EngineState(), engine, 1.7e9)) + "\n")
+    code, out, _ = explain(capsys, str(log))
+    assert code == 0, out
+    assert (
+        "- Evicted batch/etl (rule numa-memory-pressure, started in an earlier tick): evicted batch/etl "
+        "(cgroup batch/etl): its 3 process(es) are gone." in out
+    )
+    assert (
+        "- Did not evict batch/k (rule numa-memory-pressure, started in an earlier tick): failed: "
+        "1 process(es) still there." in out
+    )

@@ -22,13 +22,16 @@ from engine.adapters.kube import HEARTBEAT_REFRESH, KubeOperations, _same_quanti
 from engine.kube.apicall import describe_error, parse_time, retryable, rfc3339
 from engine.kube.client import COMPONENT, REPORTING_CONTROLLER, Backoff
 from engine.kube.events import EventRecorder, ObjectRef
+from engine.model.facts import Workload
 from engine.model.operations import (
+    DEFAULT_GRACE_SECONDS,
     EmitEvent,
     EvictPod,
     PublishNodeResource,
     SetNodeCondition,
     SetNodeTaint,
 )
+from engine.plan.planner import deletion_grace
 
 NODE = "node-a"
 RECLAIMED_CPU = "resource.katalyst.kubewharf.io/reclaimed_millicpu"
@@ -395,6 +398,37 @@ def test_eviction_without_grace_period_sends_none(kit: Kit) -> None:
     assert kit.apply(_evict(uid, grace=None)).status == "applied"
     body = next(r for r in _requests(kit.server, "POST") if r.path.endswith("/eviction")).json
     assert "gracePeriodSeconds" not in body["deleteOptions"]
+
+
+def test_a_negative_grace_period_is_never_sent(kit: Kit) -> None:
+    """-1 means the pod's own grace period; the planner resolves it (deletion_grace). Should a negative
+    value reach the adapter anyway, it is refused before any request: DeleteOptions take seconds >= 0."""
+    uid = _setup_running(kit.server)
+    result = kit.apply(_evict(uid, grace=-1))
+    assert (result.status, result.attempts) == ("failed", 0)
+    assert "gracePeriodSeconds -1 is negative" in (result.error or "")
+    assert [r for r in _requests(kit.server, "POST") if r.path.endswith("/eviction")] == []
+
+
+@pytest.mark.parametrize(
+    ("requested", "own", "sent"),
+    [
+        (-1, 45, 45),  # the pod's own terminationGracePeriodSeconds
+        (-1, 0, 0),
+        (-1, None, 30),  # the pod has none: Kubernetes' default
+        (-5, 45, 45),  # any negative value means the pod's own
+        (10, 45, 10),  # a rule's own number wins
+        (0, 45, 0),
+        (None, 45, None),  # not named: the API applies the pod's own itself
+    ],
+)
+def test_deletion_grace_resolves_the_pods_own(requested: int | None, own: int | None, sent: int | None) -> None:
+    workload = Workload(uid="u", name="web-1", namespace="shop", termination_grace_seconds=own)
+    assert deletion_grace(requested, workload) == sent
+
+
+def test_deletion_grace_of_a_pod_the_snapshot_lacks_is_the_default() -> None:
+    assert deletion_grace(-1, None) == DEFAULT_GRACE_SECONDS == 30
 
 
 def test_eviction_when_the_api_server_is_unreachable_fails_readably() -> None:

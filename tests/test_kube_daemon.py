@@ -407,3 +407,22 @@ def test_the_daemon_recovers_from_a_watch_disconnect_and_from_410(
     assert q.metric("qosd_kube_watch_synced", resource="pods") == 1
     assert q.metric("qosd_kube_watch_objects", resource="pods") == 2  # web and late; "elsewhere" is on node-b
 
+
+
+OWN_GRACE_EVICT = EVICT.replace("          cooldown: 1s\n", "          cooldown: 1s\n          gracePeriodSeconds: -1\n")
+
+
+def test_a_rule_asking_for_the_pods_own_grace_period_sends_the_pods_terminationgraceperiodseconds(
+    cluster: ApiServer, run_qosd: Callable[..., Running]
+) -> None:
+    """gracePeriodSeconds -1 (the pod's own) must not reach DeleteOptions as -1: the body the API
+    server received carries the pod's terminationGracePeriodSeconds (45 here)."""
+    batch = pod("batch", "be")
+    batch["spec"]["terminationGracePeriodSeconds"] = 45
+    cluster.put(batch)
+    q = run_qosd(BASE + OWN_GRACE_EVICT)
+    wait_for("the eviction", lambda: cluster.requests.matching("POST", r"/pods/batch/eviction$"))
+    sent = cluster.requests.matching("POST", r"/pods/batch/eviction$")
+    assert [r.json["deleteOptions"]["gracePeriodSeconds"] for r in sent] == [45] * len(sent)
+    assert sent[0].status == 201
+    wait_for("the metric", lambda: q.metric("qosd_actions_total", action="evictPod", result="applied") == 1)

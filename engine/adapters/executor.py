@@ -15,7 +15,9 @@ daemon then writes its audit record and metrics as for any failure. The tracebac
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.resctrl import RESCTRL_OPS, ResctrlAdapter
@@ -23,6 +25,16 @@ from engine.adapters.result import OperationResult
 from engine.model.operations import Operation, WriteCgroup
 
 Handler = Callable[[Operation], OperationResult]
+
+
+class Finishing(Protocol):
+    """An adapter whose operations complete after their tick (standalone evictions): their
+    outcomes are collected later, and the daemon waits for them before it exits."""
+
+    def finished(self) -> list[OperationResult]: ...
+
+    def wait(self, timeout: float) -> bool: ...
+
 
 log = logging.getLogger("qosd.adapters")
 
@@ -35,14 +47,25 @@ class NodeExecutor:
         cgroup: CgroupAdapter | None = None,
         resctrl: ResctrlAdapter | None = None,
         others: Mapping[str, Handler] | None = None,
+        finishing: Sequence[Finishing] = (),
     ):
         self.cgroup = cgroup
         self.resctrl = resctrl
         self.others = dict(others or {})
+        self.finishing = tuple(finishing)
         self._traced: set[tuple[str, str]] = set()
 
     def apply(self, operations: Sequence[Operation]) -> list[OperationResult]:
         return [self.apply_one(op) for op in operations]
+
+    def finished(self) -> list[OperationResult]:
+        """Outcomes of operations started in an earlier tick that completed since the last call."""
+        return [r for adapter in self.finishing for r in adapter.finished()]
+
+    def wait(self, timeout: float) -> bool:
+        """Until nothing started is still in progress, at most ``timeout`` seconds in all."""
+        deadline = time.monotonic() + timeout
+        return all(adapter.wait(max(0.0, deadline - time.monotonic())) for adapter in self.finishing)
 
     def apply_one(self, op: Operation) -> OperationResult:
         """The adapter's result for ``op``; an exception it raised becomes a failed result."""

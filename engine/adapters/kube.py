@@ -132,6 +132,15 @@ class KubeOperations:
                 f"to wait {wait:.1f}s more (Retry-After)",
                 0,
             )
+        if op.grace_period_seconds is not None and op.grace_period_seconds < 0:
+            # The planner resolves -1 (the pod's own) to a number; a negative value here is a bug.
+            return OperationResult(
+                op,
+                "failed",
+                f"eviction of {pod} not sent: gracePeriodSeconds {op.grace_period_seconds} is negative "
+                "and the API accepts only seconds >= 0 (-1 should have been resolved to the pod's own)",
+                0,
+            )
         body = client.V1Eviction(
             api_version="policy/v1",
             kind="Eviction",

@@ -27,5 +27,11 @@ class RecordingExecutor:
             del self.recorded[: len(self.recorded) - self.limit]
         return [OperationResult(op, "skipped", self.reason) for op in operations]
 
+    def finished(self) -> list[OperationResult]:
+        return []  # nothing is started, so nothing completes later
+
+    def wait(self, timeout: float) -> bool:
+        return True
+
     def to_dicts(self) -> list[dict[str, Any]]:
         return [op.to_dict() for op in self.recorded]

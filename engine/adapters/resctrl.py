@@ -95,6 +95,7 @@ class ResctrlAdapter:
         self.writes = 0
         self._caps: ResctrlInfo | None = None
         self._degraded: str | None = None
+        self._absent = replace(NO_RESCTRL, root=self.root)
 
     # ---------------------------------------------------------------- mount and capabilities
 
@@ -151,6 +152,7 @@ class ResctrlAdapter:
         has_l3 = "L3" in present
         has_mb = "MB" in present
         return ResctrlInfo(
+            root=self.root,
             mounted=True,
             cbm_mask=(self._info_file("L3", "cbm_mask") or "") if has_l3 else "",
             min_cbm_bits=self._info_int(1, "L3", "min_cbm_bits") if has_l3 else 1,
@@ -168,7 +170,7 @@ class ResctrlAdapter:
     def info(self) -> ResctrlInfo:
         """Capabilities and every group's schemata now (``"/"`` is the default group)."""
         if not self._mounted():
-            return NO_RESCTRL
+            return self._absent
         if self._caps is None:
             self._caps = self._read_caps()
         return replace(self._caps, groups=MappingProxyType(self._groups()))

@@ -11,15 +11,25 @@ from typing import Any, Literal
 
 from engine.model.operations import Operation
 
-Status = Literal["applied", "unchanged", "vanished", "failed", "skipped", "deferred"]
+Status = Literal["applied", "unchanged", "vanished", "failed", "skipped", "deferred", "started"]
 """applied: written. unchanged: the kernel already held the value, nothing written. vanished: the
 target (cgroup, pid) went away between plan and write, which churn makes normal. failed: the kernel
 refused or the operation was refused before any write (path escape, bad value). skipped: nothing to
 do on this node (dry run, file or controller not offered, resctrl not mounted). deferred: the API
 refused for now and said to come back later (an eviction a PodDisruptionBudget blocks, HTTP 429);
-nothing happened, and the decision may be made again in a later round."""
+nothing happened, and the decision may be made again in a later round. started: begun, and it
+completes after the tick (a standalone eviction: SIGTERM sent, the grace period running); its
+outcome (applied once the processes are gone, or failed) is reported by a later record."""
 
-STATUSES: tuple[Status, ...] = ("applied", "unchanged", "vanished", "failed", "skipped", "deferred")
+STATUSES: tuple[Status, ...] = (
+    "applied",
+    "unchanged",
+    "vanished",
+    "failed",
+    "skipped",
+    "deferred",
+    "started",
+)
 
 
 @dataclass(frozen=True)

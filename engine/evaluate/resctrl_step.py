@@ -140,7 +140,7 @@ class ResctrlStep:
             t.skipped.append(
                 Skipped(
                     RULE,
-                    "resctrl is not mounted on this node (no /sys/fs/resctrl/info): "
+                    f"resctrl is not mounted on this node (no {info.root}/info): "
                     f"{_asked(sel.requests)} left alone; L3/MB isolation is off here",
                 )
             )

@@ -102,6 +102,8 @@ class Workload:
     terminating: bool = False
     cgroup_path: str = ""
     containers: tuple[Container, ...] = ()
+    # spec.terminationGracePeriodSeconds: what an eviction asking for "the pod's own" grace gets
+    termination_grace_seconds: int | None = None
 
     @cached_property
     def key(self) -> str:
@@ -157,6 +159,8 @@ class ResctrlInfo:
     shareable_bits: str = ""  # info/L3/shareable_bits: ways other agents (GPU, I/O) may also use
     delay_linear: bool = True
     groups: Mapping[str, str] = field(default_factory=dict)  # observed: group -> schemata text
+    # Where resctrl was looked for (``qosd run --resctrl-root``), so a note about it names that place.
+    root: str = "/sys/fs/resctrl"
 
 
 NO_RESCTRL = ResctrlInfo(mounted=False)
@@ -279,6 +283,7 @@ def _workload(w: Mapping[str, Any]) -> Workload:
         phase=str(w.get("phase", "Running")),
         terminating=bool(w.get("terminating", False)),
         cgroup_path=str(w.get("cgroupPath", "")),
+        termination_grace_seconds=w.get("terminationGracePeriodSeconds"),
         containers=tuple(
             Container(
                 name=str(c["name"]),

@@ -8,14 +8,16 @@ Everything held back is reported with its reason.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from engine.config.policy import Policy
+from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, ResctrlIntent
 from engine.model.operations import (
+    DEFAULT_GRACE_SECONDS,
     AssignTasks,
     CreateResctrlGroup,
     EmitEvent,
@@ -85,8 +87,10 @@ def plan(
     guards: Guards,
     observed_cgroups: Mapping[str, Mapping[str, str]] | None = None,
     observed_resctrl: Mapping[str, str] | None = None,
+    workload: Callable[[str], Workload | None] | None = None,
 ) -> Plan:
-    """The operations that make ``intents`` true against the observed state, behind ``guards``."""
+    """The operations that make ``intents`` true against the observed state, behind ``guards``.
+    ``workload(uid)`` gives an eviction asking for the pod's own grace period its value."""
     global _last
     last = _last
     if (
@@ -98,10 +102,12 @@ def plan(
         and last[4] is observed_resctrl
         and last[2] == guards
         and last[0] == intents  # identical items compare by identity, at C speed
+        and (not last[6] or last[5] is workload)  # pods are looked up only for evictions
     ):
-        return last[5]  # type: ignore[no-any-return]
-    result = _plan(intents, policy, guards, observed_cgroups, observed_resctrl)
-    _last = (intents, policy, guards, observed_cgroups, observed_resctrl, result)
+        return last[7]  # type: ignore[no-any-return]
+    result = _plan(intents, policy, guards, observed_cgroups, observed_resctrl, workload)
+    evicts = any(isinstance(i, EvictIntent) for i in intents)
+    _last = (intents, policy, guards, observed_cgroups, observed_resctrl, workload, evicts, result)
     return result
 
 
@@ -111,6 +117,7 @@ def _plan(
     guards: Guards,
     observed_cgroups: Mapping[str, Mapping[str, str]] | None,
     observed_resctrl: Mapping[str, str] | None,
+    workload: Callable[[str], Workload | None] | None,
 ) -> Plan:
     ops: list[Operation] = []
     claimed: dict[tuple[str, str], str] = {}  # cgroup file -> the rule whose intent sets it this tick
@@ -155,7 +162,9 @@ def _plan(
                         intent.uid,
                         intent.namespace,
                         intent.name,
-                        intent.grace_period_seconds,
+                        deletion_grace(
+                            intent.grace_period_seconds, workload(intent.uid) if workload else None
+                        ),
                         reason,
                         intent.provenance.rule,
                     )
@@ -211,6 +220,18 @@ def _resctrl_ops(
         if intent.cgroups:
             out.append(AssignTasks(intent.group, intent.cgroups, rule))
     return out
+
+
+def deletion_grace(requested: int | None, workload: Workload | None) -> int | None:
+    """The grace period an eviction is carried out with. A rule's ``gracePeriodSeconds: -1`` means
+    the pod's own: DeleteOptions accept only non-negative values, so it is resolved here to the
+    pod's ``terminationGracePeriodSeconds`` (DEFAULT_GRACE_SECONDS when the pod has none), as
+    Katalyst's pod killer does. None (the rule names none) stays None: the API then applies the
+    pod's own itself, and a standalone eviction uses the default."""
+    if requested is None or requested >= 0:
+        return requested
+    own = workload.termination_grace_seconds if workload is not None else None
+    return own if own is not None and own >= 0 else DEFAULT_GRACE_SECONDS
 
 
 def _evict_reason(intent: EvictIntent) -> str:

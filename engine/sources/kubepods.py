@@ -174,6 +174,7 @@ def workload_from_pod(pod: Mapping[str, Any], driver: Driver, problems: list[str
             init = field == "initContainers" and spec_c.get("restartPolicy") != "Always"
             containers.append(Container(name, container_id, requests, limits, path, init))
     priority = spec.get("priority")
+    grace = spec.get("terminationGracePeriodSeconds")
     return Workload(
         uid=uid,
         name=str(meta.get("name") or ""),
@@ -187,6 +188,7 @@ def workload_from_pod(pod: Mapping[str, Any], driver: Driver, problems: list[str
         terminating=bool(meta.get("deletionTimestamp")),
         cgroup_path=cgroup,
         containers=tuple(containers),
+        termination_grace_seconds=grace if isinstance(grace, int) and not isinstance(grace, bool) else None,
     )
 
 

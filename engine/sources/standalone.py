@@ -39,7 +39,7 @@ from engine.config.errors import Location, PolicyError, Problem
 from engine.config.load import read_file
 from engine.config.schema_check import Locator, inline_refs, validation_problems
 from engine.config.unitcheck import schema_file, unit_problems
-from engine.model.facts import Container, Workload
+from engine.model.facts import Container, ResctrlInfo, Workload
 from engine.model.units import parse_quantity
 from engine.resources import data_dir
 from engine.sources.cgroupfs import CgroupFS
@@ -378,6 +378,11 @@ class StandaloneSource:
         self._last = tuple(fresh.values())
         return self._last
 
+    def cgroup_of(self, uid: str) -> str | None:
+        """The cgroup path of the workload with this uid, None when it is not discovered (any more)."""
+        w = self._known.get(uid)
+        return w.cgroup_path if w is not None else None
+
     def entry_for(self, rel: str) -> Entry | None:
         parts = rel.split("/")
         return next((e for pattern, e in self.entries if _matches(pattern, parts)), None)
@@ -431,6 +436,7 @@ def standalone_collector(
     node_labels: Mapping[str, str] | None = None,
     options: CollectorOptions | None = None,
     observe: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
+    resctrl: Callable[[], ResctrlInfo] | None = None,
 ) -> NodeCollector:
     """The node collector of ``qosd run`` without Kubernetes (``roots`` overrides the file's).
 
@@ -459,4 +465,5 @@ def standalone_collector(
         node_labels={**config.node_labels, **(node_labels or {})},
         options=options or CollectorOptions(),
         observe=observe,
+        resctrl=resctrl,
     )
