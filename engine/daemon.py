@@ -70,11 +70,11 @@ from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.evict import StandaloneEvictions
 from engine.adapters.executor import NodeExecutor
 from engine.adapters.fsio import errno_name, open_nofollow
-from engine.adapters.mounts import CgroupUnavailable
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
 from engine.argtypes import cgroup_pattern, duration, integer, listen_address, profile
+from engine.cgroups.mounts import CgroupUnavailable
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, node_labels
 from engine.evaluate.engine import Engine
@@ -1061,7 +1061,7 @@ class CollectorSource:
 
     def __init__(self, collector: NodeCollector, adapter: CgroupAdapter | None = None):
         self.collector = collector
-        self.adapter = adapter  # its shares<->weight translation follows the policy's formula
+        self.adapter = adapter
         self._tracked: tuple[tuple[Any, ...], tuple[tuple[str, str], ...]] = ((), ())  # intents, pairs
         collector.prime()
 
@@ -1071,12 +1071,13 @@ class CollectorSource:
     def adopt(self, engine: Engine) -> None:
         classify = engine.classifier.classify
         self.collector.use_policy(engine.policy, lambda w: classify(w).class_name)
-        if self.adapter is not None:
-            self.adapter.weight_formula = engine.policy.weight_formula
 
     def observe(self, wanted: Mapping[str, Sequence[str]]) -> Mapping[str, Mapping[str, str]]:
-        # The adapter reads the host files of logical names, exactly as it will compare on write.
-        return self.adapter.observe(wanted) if self.adapter is not None else {}
+        # The adapter reads the host files of logical names, exactly as it will compare on write
+        # (share files by the formula of the generation the collector last adopted).
+        if self.adapter is None:
+            return {}
+        return self.adapter.observe(wanted, self.collector.weight_formula)
 
     def applied(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
         intents = result.evaluation.intents
@@ -1154,7 +1155,7 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     resctrl = ResctrlAdapter(args.resctrl_root, tasks_of=adapter.tasks)
     try:
         collector = standalone_collector(
-            args.cgroup_root,
+            adapter.layout,  # one detection: the collector reads the hierarchy the adapter writes
             args.workloads,
             args.root or None,
             options=daemon_options(interval),
@@ -1195,13 +1196,12 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
     the node's QoSNodeStatus (and, when elected, every QoSPolicy's status) report what runs."""
     from kubernetes.config import ConfigException
 
-    from engine.adapters.cgpaths import detect_driver
     from engine.adapters.kube import KubeOperations
+    from engine.cgroups.paths import detect_driver
     from engine.kube.client import load_api_client
     from engine.kube.events import EventRecorder
     from engine.kube.reflector import ReflectorCollector
     from engine.kube.status import NodeStatusWriter, PolicyStatusAggregator, PolicyStatusController
-    from engine.sources.cgroupfs import CgroupFS
     from engine.sources.kubenode import NodeWatch
     from engine.sources.kubepods import KubePodSource, pod_reflector
     from engine.sources.policies import PolicyWatch
@@ -1221,10 +1221,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         where = f"--kubeconfig {args.kubeconfig}" if args.kubeconfig else "in-cluster / $KUBECONFIG"
         why = str(exc) if isinstance(exc, ConfigException | OSError) else f"{type(exc).__name__}: {exc}"
         raise UsageError(f"cannot configure the Kubernetes client ({where}): {why}") from None
-    try:
-        fs = CgroupFS.detect(args.cgroup_root)
-    except (CgroupUnavailable, OSError) as exc:
-        raise UsageError(f"--cgroup-root {args.cgroup_root}: {exc}") from None
+    fs = adapter.layout  # one detection: the collector reads the hierarchy the adapter writes
     driver = args.cgroup_driver
     if driver == "auto":
         driver = detect_driver(fs.dir("", "cpu").rstrip("/")) or "systemd"

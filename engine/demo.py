@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.argtypes import integer, number
+from engine.cgroups.mounts import CgroupLayout, CgroupUnavailable
 
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 GROUPS = ("online", "batch")
@@ -140,9 +141,13 @@ class DemoCgroups:
         """None when the demo can run for real here, else why not."""
         if os.geteuid() != 0:
             return "not running as root"
+        try:
+            layout = CgroupLayout.detect(root)
+        except (CgroupUnavailable, OSError) as exc:
+            return str(exc)
         for ctrl in CONTROLLERS:
-            if not (root / ctrl / "cgroup.procs").exists():
-                return f"no cgroup v1 {ctrl} hierarchy at {root / ctrl}"
+            if layout.v1.get(ctrl) != os.path.realpath(root / ctrl):
+                return f"no cgroup v1 {ctrl} hierarchy at {root / ctrl} ({layout.describe()})"
             if not os.access(root / ctrl, os.W_OK):
                 return f"{root / ctrl} is not writable"
         return None

@@ -34,13 +34,13 @@ from types import MappingProxyType
 from typing import IO, Any
 
 from engine.argtypes import duration, integer, number, percent, profile, quantity
-from engine.config.conditions import comparisons
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.config.policy import Policy
-from engine.evaluate.compiler import fact_key
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
+from engine.features.rules.compiler import fact_key
+from engine.features.rules.conditions import comparisons
 from engine.model.facts import (
     AGGREGATES,
     EMPTY,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.adapters.mounts import CgroupLayout, CgroupUnavailable
+from engine.cgroups.mounts import CgroupLayout, CgroupUnavailable
 
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 # pytest node ids of the tests that got a real subtree: the real-part plugin counts them as

@@ -19,10 +19,10 @@ import pytest
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.fsio import Retry
+from engine.cgroups.weight import weight_to_shares
 from engine.model.operations import WriteCgroup
 from engine.model.units import parse_cpuset
 from engine.plan.cgroups import Desired, order_writes
-from engine.strategies.knobs import weight_to_shares
 from tests.realcgroup import CONTROLLERS, UNLIMITED_V1, Subtree, real_subtree, v1_layout
 
 pytestmark = pytest.mark.realcgroup  # tests/realparts.py: a skip fails where the machine has it

@@ -11,16 +11,17 @@ real kernel; here the point is names, formats, translation both ways, confinemen
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
-from engine.adapters.mounts import CgroupLayout
 from engine.adapters.recorder import RecordingExecutor
+from engine.cgroups.mounts import CgroupLayout
+from engine.cgroups.weight import shares_to_weight, weight_to_shares
 from engine.model.operations import EvictPod, Operation, WriteCgroup
-from engine.strategies.knobs import shares_to_weight, weight_to_shares
 
 POD = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b_3c4d.slice"
 CTR = f"{POD}/cri-containerd-c0ffee.scope"
@@ -122,10 +123,11 @@ def test_shares_follow_the_quadratic_formula_by_default() -> None:
     assert shares_to_weight(512, "linear") == 20
 
 
-def test_the_linear_formula_is_available_for_koordinator_nodes(tree: Path) -> None:
-    adapter = CgroupAdapter(CgroupLayout.unified_tree(tree), weight_formula="linear")
-    adapter.apply([op("cpu.shares", "512")])
+def test_the_linear_formula_is_available_for_koordinator_nodes(adapter: CgroupAdapter, tree: Path) -> None:
+    """The formula is the operation's (the policy's spec.cgroup.weightFormula, set by the planner)."""
+    adapter.apply([replace(op("cpu.shares", "512"), weight_formula="linear")])
     assert read(tree, "cpu.weight") == "20"
+    assert adapter.observe({CTR: ["cpu.shares"]}, "linear") == {CTR: {"cpu.shares": "500"}}
 
 
 def test_unlimited_v1_memory_limit_becomes_max_and_matches_max(adapter: CgroupAdapter, tree: Path) -> None:

@@ -10,9 +10,9 @@ import pytest
 
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
+from engine.features.class_knobs.knobs import compile_knob
 from engine.plan.cgroups import Desired, order_writes
 from engine.plan.planner import Guards
-from engine.strategies.knobs import compile_knob
 from engine.tick import run_tick
 from tests.builders import GiB, pod, policy, snapshot
 

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.cgroups.mounts import CgroupLayout, Mount
 from engine.config.errors import PolicyError
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
@@ -35,7 +36,7 @@ from engine.evaluate.state import EngineState
 from engine.model.facts import window_key
 from engine.model.units import parse_cpuset
 from engine.plan.planner import Guards
-from engine.sources.cgroupfs import CgroupFS, CgroupMetrics, CgroupOptions, memory_facts, parse_stat_keys
+from engine.sources.cgroupfs import CgroupMetrics, CgroupOptions, memory_facts, parse_stat_keys
 from engine.sources.collector import (
     CollectorOptions,
     NodeCollector,
@@ -341,6 +342,17 @@ def v2_root(root: Path) -> Path:
     cg = root / "cgroup2"
     write(cg, "cgroup.controllers", "cpuset cpu io memory pids\n")
     return cg
+
+
+def layout_of(cg: Path) -> CgroupLayout:
+    """The layout the mount table would give for a fake tree (tests cannot mount): cgroup2 at the
+    root when it has cgroup.controllers, else one v1 mount per directory, its name listing the
+    controllers it carries (``cpu,cpuacct`` when co-mounted). The real detector's decision code
+    (``CgroupLayout.from_mounts``) does the rest."""
+    if (cg / "cgroup.controllers").exists():
+        return CgroupLayout.unified_tree(cg)
+    mounts = [Mount(str(d), "cgroup", frozenset(d.name.split(","))) for d in sorted(cg.iterdir()) if d.is_dir()]
+    return CgroupLayout.from_mounts(str(cg), mounts)
 
 
 class Clock:
@@ -725,14 +737,14 @@ def test_parse_loadavg() -> None:
 # ---------------------------------------------------------------------------------------- cgroupfs
 
 
-def test_detect_v1_v2_and_comounted_controllers(tmp_path: Path) -> None:
-    v1 = CgroupFS.detect(v1_root(tmp_path / "a"))
+def test_layout_resolves_v1_v2_and_comounted_controller_files(tmp_path: Path) -> None:
+    v1 = layout_of(v1_root(tmp_path / "a"))
     assert v1.version == 1 and v1.file("x/y", "cpuacct.usage").endswith("/cgroup/cpuacct/x/y/cpuacct.usage")
-    co = CgroupFS.detect(v1_root(tmp_path / "b", comount=True))
+    co = layout_of(v1_root(tmp_path / "b", comount=True))
     assert co.file("x", "cpuacct.usage").endswith("/cgroup/cpu,cpuacct/x/cpuacct.usage")
     assert co.file("x", "cpu.shares").endswith("/cgroup/cpu,cpuacct/x/cpu.shares")
     assert co.file("x", "memory.stat").endswith("/cgroup/memory/x/memory.stat")
-    v2 = CgroupFS.detect(v2_root(tmp_path / "c"))
+    v2 = layout_of(v2_root(tmp_path / "c"))
     assert v2.version == 2 and v2.file("x/y", "memory.stat").endswith("/cgroup2/x/y/memory.stat")
     assert v1.relative(v1.dir("kubepods/pod1", "memory")) == "kubepods/pod1"
 
@@ -769,7 +781,7 @@ def _v2_keys() -> dict[str, str]:
 def test_v1_cgroup_cpu_usage_from_cpuacct_deltas(tmp_path: Path) -> None:
     cg = v1_root(tmp_path)
     v1_cgroup(cg, "qosd-demo/a", 10_000_000_000)
-    fs = CgroupFS.detect(cg)
+    fs = layout_of(cg)
     metrics = CgroupMetrics(fs, TickReader(), CgroupOptions(throttling=True))
     first = metrics.sample(["qosd-demo/a"], 50.0, 1)
     assert "cpu.usage_cores" not in first["qosd-demo/a"] and first["qosd-demo/a"]["memory.rss_bytes"] == 169742336
@@ -803,7 +815,7 @@ def test_cgroup_usage_needs_a_full_window_and_is_bounded_by_the_node(
 ) -> None:
     """Issue 14, defect 10 for cgroups: a counter read against the clock over a short window."""
     cg = v1_root(tmp_path) if version == 1 else v2_root(tmp_path)
-    metrics = CgroupMetrics(CgroupFS.detect(cg), TickReader())
+    metrics = CgroupMetrics(layout_of(cg), TickReader())
     got: list[float | None] = []
     for tick, (at, cpu_seconds) in enumerate(samples, 1):
         if version == 1:
@@ -818,7 +830,7 @@ def test_cgroup_usage_needs_a_full_window_and_is_bounded_by_the_node(
 def test_v2_cgroup_usage_throttling_and_psi(tmp_path: Path) -> None:
     cg = v2_root(tmp_path)
     v2_cgroup(cg, "kubepods/podA", 1_000_000, periods=10, throttled=0)
-    fs = CgroupFS.detect(cg)
+    fs = layout_of(cg)
     metrics = CgroupMetrics(fs, TickReader())
     metrics.sample(["kubepods/podA"], 10.0, 1)
     v2_cgroup(cg, "kubepods/podA", 1_500_000, periods=30, throttled=5)
@@ -845,7 +857,7 @@ def test_workload_psi_of_a_configured_v2_cgroup(tmp_path: Path) -> None:
 def test_vanished_cgroup_has_no_facts_and_its_counters_are_forgotten(tmp_path: Path) -> None:
     cg = v2_root(tmp_path)
     v2_cgroup(cg, "a", 1_000_000)
-    metrics = CgroupMetrics(CgroupFS.detect(cg), TickReader())
+    metrics = CgroupMetrics(layout_of(cg), TickReader())
     metrics.sample(["a"], 1.0, 1)
     for f in (cg / "a").iterdir():
         f.unlink()
@@ -867,7 +879,7 @@ def test_memory_files_can_be_staggered(tmp_path: Path) -> None:
         v1_cgroup(cg, f"g/w{i}", 0)
     opener = CountingOpener()
     reader = TickReader(FileReader(opener))
-    metrics = CgroupMetrics(CgroupFS.detect(cg), reader, CgroupOptions(memory_every=3))
+    metrics = CgroupMetrics(layout_of(cg), reader, CgroupOptions(memory_every=3))
     paths = [f"g/w{i}" for i in range(6)]
     for tick in range(1, 8):
         reader.begin_tick()
@@ -883,7 +895,7 @@ def test_memory_files_can_be_staggered(tmp_path: Path) -> None:
 
 def collector_for(tmp_path: Path, cg: Path, opener: CountingOpener | None = None, **options: Any) -> tuple[NodeCollector, Clock]:
     sysfs, proc = sysfs_tree(tmp_path), procfs_tree(tmp_path)
-    fs = CgroupFS.detect(cg)
+    fs = layout_of(cg)
     clock = Clock()
     collector = NodeCollector(
         StandaloneSource(fs, StandaloneConfig()),
@@ -1244,7 +1256,7 @@ def test_standalone_default_mapping_meets_the_bundled_policies(tmp_path: Path) -
     for name in ("probe", "batch", "system-agent"):
         v1_cgroup(cg, f"qosd-demo/{name}", 0)
     v1_cgroup(cg, "other/ignored", 0)  # not under the default roots qosd*/*
-    source = StandaloneSource(CgroupFS.detect(cg))
+    source = StandaloneSource(layout_of(cg))
     workloads = {w.name: w for w in source.workloads()}
     assert set(workloads) == {"probe", "batch", "system-agent"}
     probe = workloads["probe"]
@@ -1291,7 +1303,7 @@ def test_workloads_file_entries(tmp_path: Path) -> None:
     path.write_text(WORKLOADS_YAML.replace("/CGROOT", str(cg)))
     config = load_workloads(path)
     assert config.node_name == "host-1" and dict(config.node_labels) == {"qosd.io/colocation": "true"}
-    source = StandaloneSource(CgroupFS.detect(cg), config)
+    source = StandaloneSource(layout_of(cg), config)
     by_uid = {w.uid: w for w in source.workloads()}
     # roots default to the entries' paths: the unlisted cgroup is not a workload
     assert sorted(by_uid) == ["qosd-demo/batch-1", "qosd-demo/batch-2", "qosd-demo/db", "qosd-demo/probe"]
@@ -1348,7 +1360,7 @@ def test_workloads_quantities_out_of_range_are_located(tmp_path: Path, quantity:
     ],
 )
 def test_relative_patterns(tmp_path: Path, pattern: str, expected: str | None) -> None:
-    fs = CgroupFS.detect(v1_root(tmp_path))
+    fs = layout_of(v1_root(tmp_path))
     text = pattern.replace("ROOT", fs.root)
     if expected is None:
         with pytest.raises(ValueError):

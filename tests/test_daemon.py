@@ -350,10 +350,10 @@ class CountingObserve:
         self.inner = inner
         self.asked: Counter[tuple[str, str]] = Counter()
 
-    def __call__(self, wanted: Mapping[str, Sequence[str]]) -> Any:
+    def __call__(self, wanted: Mapping[str, Sequence[str]], formula: Any = None) -> Any:
         for path, files in wanted.items():
             self.asked.update((path, f) for f in files)
-        return self.inner(wanted)
+        return self.inner(wanted, formula)
 
 
 @pytest.mark.realcgroup

@@ -11,6 +11,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,15 @@ def test_live_demo_on_real_cgroups_shows_qosd_deprioritizing_the_batch_cgroup() 
     for run in ("probe alone", "probe + batch, no qosd", "probe + batch, qosd run"):
         assert run in text
     assert not DemoCgroups().dir("cpu").exists()
+
+
+def test_the_live_demo_needs_real_v1_mounts_not_look_alike_directories(tmp_path: Path) -> None:
+    """Directories named like controllers (a v2 cgroup called ``cpu`` has a cgroup.procs too) are not
+    v1 hierarchies: the demo asks the one cgroup detector (the mount table), not the file names."""
+    for ctrl in ("cpu", "cpuacct", "cpuset", "memory"):
+        (tmp_path / ctrl).mkdir()
+        (tmp_path / ctrl / "cgroup.procs").write_text("")
+    reason = DemoCgroups.available(tmp_path)
+    if reason == "not running as root":
+        pytest.skip("the check after the root check needs root")
+    assert reason is not None and f"no cgroup filesystem is mounted at or under {tmp_path}" in reason

@@ -11,7 +11,7 @@ from engine.model.intents import EvictIntent
 from engine.plan.planner import Guards
 from engine.tick import TickResult, run_tick
 from tests.builders import GiB, pod, policy, snapshot
-from tests.test_durable_backend import HAVE_DURABLE, NO_DURABLE
+from tests.features.rules.test_durable_backend import HAVE_DURABLE, NO_DURABLE
 
 CLASSES = """\
 defaultClass: ls

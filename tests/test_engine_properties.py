@@ -7,10 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config.conditions import AllOf, AnyOf, Compare, Condition, Not
 from engine.config.policy import QoSClass
-from engine.evaluate.compiler import compile_condition
 from engine.evaluate.factview import item_facts, read
+from engine.features.rules.compiler import compile_condition
+from engine.features.rules.conditions import AllOf, AnyOf, Compare, Condition, Not
 from engine.model.factnames import registry
 from engine.model.intents import EvictIntent, Provenance
 from engine.plan.planner import Guards, plan

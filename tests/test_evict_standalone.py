@@ -22,11 +22,11 @@ import pytest
 
 from engine.adapters.evict import KILL_TIMEOUT, Kill, Signals, StandaloneEvictions, finished_result, next_step
 from engine.adapters.result import OperationResult
+from engine.cgroups.mounts import CgroupLayout
 from engine.cli import build_parser
 from engine.cli import main as cli_main
 from engine.daemon import build_standalone
 from engine.model.operations import EvictPod
-from engine.sources.cgroupfs import CgroupFS
 from tests.realcgroup import Subtree, real_subtree
 
 BOUND = 120.0  # seconds: only ends a test that would otherwise hang
@@ -76,8 +76,8 @@ def tree() -> Iterator[Subtree]:
         yield t
 
 
-def fs_of(tree: Subtree) -> CgroupFS:
-    return CgroupFS.detect(Path(tree.dir("cpu")).parent.parent)
+def fs_of(tree: Subtree) -> CgroupLayout:
+    return tree.layout
 
 
 def procs(tree: Subtree, rel: str = "batch") -> set[int]:
@@ -120,7 +120,7 @@ def adapter(tree: Subtree) -> StandaloneEvictions:
 
 
 def freezer_root() -> Path:
-    signals = Signals(CgroupFS.detect("/sys/fs/cgroup"))
+    signals = Signals(CgroupLayout.detect())
     if signals.freezer is None:
         pytest.skip("no v1 freezer hierarchy mounted: the frozen sweep cannot be tested here")
     return Path(signals.freezer)
@@ -263,7 +263,7 @@ def test_cgroup_v2_freezes_for_sigterm_and_writes_cgroup_kill_for_sigkill(tmp_pa
         (group / "cgroup.freeze").write_text("")
         (group / "cgroup.events").write_text("populated 1\nfrozen 1\n")  # the kernel's answer to a freeze
         (group / "cgroup.kill").write_text("")
-        signals = Signals(CgroupFS.detect(tmp_path))
+        signals = Signals(CgroupLayout.unified_tree(tmp_path))
         assert signals.procs("batch") == {sleeper.pid}
         assert signals.send("batch", signal.SIGTERM) == (1, "frozen (cgroup.freeze)")
         assert sleeper.wait(BOUND) == -signal.SIGTERM

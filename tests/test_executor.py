@@ -16,9 +16,9 @@ import pytest
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
 from engine.adapters.fsio import BadValue, FileIO, encode_value
-from engine.adapters.mounts import CgroupLayout
 from engine.adapters.resctrl import ResctrlAdapter
 from engine.adapters.result import OperationResult
+from engine.cgroups.mounts import CgroupLayout
 from engine.model.operations import EvictPod, Operation, WriteCgroup, WriteSchemata
 
 RAISED: list[tuple[str, BaseException]] = [

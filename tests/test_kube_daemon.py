@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client
 
 from engine.adapters.cgroup import CgroupAdapter
-from engine.adapters.mounts import CgroupLayout
+from engine.cgroups.mounts import CgroupLayout
 from engine.cli import build_parser
 from engine.daemon import Daemon, build_kube
 from engine.kube.client import GROUP, POLICY_PLURAL, VERSION

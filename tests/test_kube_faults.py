@@ -30,7 +30,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from engine.adapters.cgroup import CgroupAdapter
-from engine.adapters.mounts import CgroupUnavailable
+from engine.cgroups.mounts import CgroupUnavailable
 from engine.config.crd import qosd_crds
 from engine.kube.apicall import retry_after
 from engine.kube.client import GROUP, MAX_RETRY_AFTER, POLICY_PLURAL, Backoff, TokenFile, load_api_client

@@ -4,7 +4,7 @@
 the Kubernetes documentation "Pod Quality of Service Classes" (computed like
 pkg/apis/core/helper/qos ComputePodQOS when status.qosClass is absent), pod cgroups named like the
 kubelet's cgroup manager, container cgroups like each runtime (the table in
-engine/adapters/cgpaths.py, koordinator.md §5.3).
+engine/cgroups/paths.py, koordinator.md §5.3).
 
 The source and node-watch tests run against the API server. Kubernetes API: the in-repo emulator
 (tests/kubeapi), reached over real HTTP by the official client; no kube-apiserver can run here.

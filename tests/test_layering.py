@@ -12,6 +12,7 @@ import pytest
 from engine.config.errors import PolicyError
 from engine.config.load import Document, Layer, parse_documents
 from engine.config.pipeline import REFERENCE_NODE, build_policy, document_from_object, validate
+from engine.features.class_knobs.spec import ClassCpu
 from tests.conftest import policy_text
 
 BASE = """\
@@ -212,7 +213,7 @@ def test_lists_replace_and_mappings_merge() -> None:
     policy = build_policy(docs, node())
     be = policy.class_index["be"]
     assert len(be.matchers) == 1 and be.matchers[0].labels[0][1].any_of == frozenset({"batch"})
-    assert dict(be.cpu) == {"policy": "reclaimed", "pool": "reclaim", "shares": 4, "idle": True}
+    assert be.cpu == ClassCpu(policy="reclaimed", pool="reclaim", shares=4, idle=True)
     assert policy.origin("$.spec.classes[1].cpu.shares").source == "team.yaml"
     assert policy.origin("$.spec.classes[1].cpu.idle").source == "base.yaml"
 

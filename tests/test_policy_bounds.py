@@ -1,5 +1,5 @@
 """Issue 14: what a policy may make the daemon hold, and what its expressions may do, is decided at
-validate time. Windows are bounded (engine.config.conditions.MAX_WINDOW_SECONDS) because the
+validate time. Windows are bounded (engine.features.rules.conditions.MAX_WINDOW_SECONDS) because the
 collector keeps a sample per tick for the whole window for every pod; knob expressions are evaluated
 once against synthetic pods so that one that can only fail is refused before it fails every tick."""
 

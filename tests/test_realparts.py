@@ -197,11 +197,12 @@ def test_cgroup_mount_from_the_mount_table(tmp_path: Path, mounts: str, missing:
 def test_the_two_former_unenforced_skips_carry_their_parts() -> None:
     """Issue 14: the forked-child tests and the live mount-table test skipped outside the plugin's
     view; they now carry the ``fork`` and ``cgroupmount`` parts, which this plugin enforces."""
-    from tests import test_cgroup_paths, test_render_sandbox
+    from tests import test_render_sandbox
+    from tests.cgroups import test_paths
 
     def marks(fn: object) -> set[str]:
         return {m.name for m in getattr(fn, "pytestmark", [])}
 
     assert "fork" in marks(test_render_sandbox.test_python_internals_are_refused)
-    assert "cgroupmount" in marks(test_cgroup_paths.test_detect_reads_this_machine)
+    assert "cgroupmount" in marks(test_paths.test_detect_reads_this_machine)
     assert {"fork", "cgroupmount"} <= set(PARTS)

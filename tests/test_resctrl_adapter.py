@@ -32,12 +32,12 @@ import pytest
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
 from engine.adapters.fsio import FileIO
-from engine.adapters.mounts import CgroupLayout
 from engine.adapters.resctrl import ResctrlAdapter
+from engine.cgroups.mounts import CgroupLayout
+from engine.features.resctrl.strategy import Capabilities, changed_lines, l3_cbm, mba_value, schemata_for
 from engine.model.intents import Provenance, ResctrlIntent
 from engine.model.operations import AssignTasks, CreateResctrlGroup, RemoveResctrlGroup, WriteSchemata
 from engine.plan.planner import Guards, plan
-from engine.strategies.resctrl import Capabilities, changed_lines, l3_cbm, mba_value, schemata_for
 from tests.builders import policy
 
 

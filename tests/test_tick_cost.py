@@ -32,13 +32,13 @@ from typing import Any
 import pytest
 
 import engine.adapters.cgroup as cgroup_module
-import engine.evaluate.pools as pools_module
+import engine.features.pools.step as pools_module
 from engine.adapters.cgroup import DIR_TTL, CgroupAdapter
-from engine.adapters.mounts import CgroupLayout
+from engine.cgroups.mounts import CgroupLayout
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.model.facts import Container, Snapshot, Workload
-from engine.sources.cgroupfs import CgroupFS, Observer
+from engine.sources.cgroupfs import Observer
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import FileReader, PinnedReader, TickReader, read_many
 from engine.sources.standalone import StandaloneConfig, StandaloneSource
@@ -47,6 +47,7 @@ from tests.test_collectors import (
     PAGE,
     Clock,
     CountingOpener,
+    layout_of,
     procfs_tree,
     sysfs_tree,
     v1_cgroup,
@@ -194,7 +195,7 @@ def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files
     # rewritten in place, as the kernel's are.
     counting = CountingReader(PinnedReader(opener, pinnable=lambda _: True))
     clock = Clock()
-    fs = CgroupFS.detect(cg)
+    fs = layout_of(cg)
     collector = NodeCollector(
         StandaloneSource(fs, StandaloneConfig()),
         fs,
@@ -235,7 +236,7 @@ def test_a_vanished_cgroups_descriptors_are_closed(tmp_path: Path) -> None:
         v1_cgroup(cg, f"qosd-demo/{name}", 0)
     pinned = PinnedReader(pinnable=lambda _: True)
     clock = Clock()
-    fs = CgroupFS.detect(cg)
+    fs = layout_of(cg)
     collector = NodeCollector(
         StandaloneSource(fs, StandaloneConfig()),
         fs,
@@ -269,7 +270,7 @@ def test_observer_rereads_an_invalidated_pair_at_once_and_keeps_unchanged_views(
         v1_cgroup(cg, p, 0, cpus="0-3")
     opener = CountingOpener()
     reader = TickReader(FileReader(opener))
-    observer = Observer(CgroupFS.detect(cg), reader, every=10)
+    observer = Observer(layout_of(cg), reader, every=10)
     pairs = tuple((p, "cpuset.cpus") for p in paths)
     first = observer.observe(pairs, 1)
     assert opener.opens.total() == 4  # first sight: all read at once

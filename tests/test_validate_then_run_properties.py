@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine.adapters.cgroup import CgroupAdapter
-from engine.adapters.mounts import CgroupLayout
 from engine.adapters.result import OperationResult
+from engine.cgroups.mounts import CgroupLayout
 from engine.config.errors import Problem
 from engine.config.load import Layer, parse_documents
 from engine.config.pipeline import build_policy, validate

@@ -422,6 +422,8 @@ class Fuzzer:
             f.count += 1
             return
         m = generate(self.surfaces[surface], self.seed, index)
+        if self.progress:  # at once: a long run can be diagnosed (and replayed) while it goes on
+            print(f"[fuzz] new finding: {surface} #{index} {outcome.signature}", flush=True)
         self.findings[outcome.signature] = Finding(
             outcome.cls, outcome.signature, surface, index, outcome.detail, m.data, m.describe(), m.fault_line
         )

@@ -32,11 +32,11 @@ import yaml
 from bench.fuzz.mutate import Mutated, collect_keys, mutate
 from bench.fuzz.oracle import AcceptedButFailed, OtherEntry
 from engine import ruletest
-from engine.adapters.cgfiles import controller_of, host_files
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
-from engine.adapters.mounts import V1_CONTROLLERS, CgroupLayout
 from engine.adapters.result import OperationResult
+from engine.cgroups.files import controller_of, host_files
+from engine.cgroups.mounts import V1_CONTROLLERS, CgroupLayout
 from engine.cli import build_parser
 from engine.config.errors import PolicyError
 from engine.config.load import Document, Layer
@@ -49,7 +49,6 @@ from engine.model.facts import Snapshot
 from engine.model.node import NodeInfo
 from engine.model.operations import Operation, WriteCgroup
 from engine.plan.planner import Guards
-from engine.sources.cgroupfs import CgroupFS
 from engine.sources.snapshot_file import load_snapshot
 from engine.sources.standalone import StandaloneSource, load_workloads
 from engine.tick import TickResult, run_tick
@@ -108,7 +107,7 @@ class Env:
         self._snapshots: dict[str, Snapshot] = {}
         self._policies: dict[str, Policy] = {}
         self._builtin: list[Document] | None = None
-        self._wfs: CgroupFS | None = None
+        self._wfs: CgroupLayout | None = None
 
     def close(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -139,14 +138,15 @@ class Env:
             self._policies[key] = build_policy(self.builtin(), node)
         return self._policies[key]
 
-    def workload_fs(self) -> CgroupFS:
+    def workload_fs(self) -> CgroupLayout:
         """A v1 tree the standalone source discovers workloads in (what ``qosd run`` walks)."""
         if self._wfs is None:
             root = self.tmp / "wcg"
-            for ctl in ("cpu", "cpuacct", "cpuset", "memory"):
+            controllers = ("cpu", "cpuacct", "cpuset", "memory")
+            for ctl in controllers:
                 for rel in WORKLOAD_CGROUPS:
                     (root / ctl / rel).mkdir(parents=True, exist_ok=True)
-            self._wfs = CgroupFS.detect(root)
+            self._wfs = CgroupLayout.v1_tree(root, controllers)
         return self._wfs
 
     # -- running what was accepted

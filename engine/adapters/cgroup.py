@@ -1,9 +1,12 @@
 """The cgroup adapter: observes and writes cgroup files on v1, hybrid and v2 hosts. It decides nothing.
 
-- **Names**: operations name *logical* files in either dialect; :mod:`engine.adapters.cgfiles` maps
+- **Names**: operations name *logical* files in either dialect; :mod:`engine.cgroups.files` maps
   them to the host's files and formats (``cpu.shares`` on v2 becomes ``cpu.weight``, ``cpu.max`` on
   v1 becomes quota and period). Which hierarchy holds a controller comes from
-  :class:`~engine.adapters.mounts.CgroupLayout`.
+  :class:`~engine.cgroups.mounts.CgroupLayout`.
+- **No policy**: converting cpu.shares <-> cpu.weight takes a formula, which is the policy's; each
+  write operation carries its own (``WriteCgroup.weight_formula``) and ``observe`` is told it per
+  call, so nothing is pushed into the adapter when a policy generation loads.
 - **Read-compare-write**: every write is preceded by a read of the host file and happens only when
   the value differs by meaning, so a steady state writes nothing even when the planner's view was
   a tick old. Operations are executed strictly in the order given: the planner orders parents and
@@ -33,14 +36,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.adapters.cgfiles import (
-    CPUSET_FILES,
-    TranslationError,
-    controller_of,
-    from_host,
-    host_files,
-    to_host,
-)
 from engine.adapters.fsio import (
     DENIED,
     GONE,
@@ -57,10 +52,18 @@ from engine.adapters.fsio import (
     relative_parts,
     symlink_refused,
 )
-from engine.adapters.mounts import CgroupLayout
 from engine.adapters.result import OperationResult
+from engine.cgroups.files import (
+    CPUSET_FILES,
+    TranslationError,
+    controller_of,
+    from_host,
+    host_files,
+    to_host,
+)
+from engine.cgroups.mounts import CgroupLayout
+from engine.cgroups.weight import WeightFormula
 from engine.model.operations import Operation, WriteCgroup
-from engine.strategies.knobs import WeightFormula
 
 log = logging.getLogger("qosd.adapters.cgroup")
 
@@ -102,13 +105,11 @@ class CgroupAdapter:
         self,
         layout: CgroupLayout,
         *,
-        weight_formula: WeightFormula | None = None,
         retry: Retry | None = None,
         io: FileIO | None = None,
         observe_reader: ObserveReader | None = None,
     ):
         self.layout = layout
-        self.weight_formula = weight_formula
         self.retry = retry or Retry()
         self.io = io or FileIO()
         self.observe_reader = observe_reader
@@ -126,13 +127,12 @@ class CgroupAdapter:
         root: str | Path = "/sys/fs/cgroup",
         mountinfo: str | Path = "/proc/self/mountinfo",
         *,
-        weight_formula: WeightFormula | None = None,
         retry: Retry | None = None,
         observe_reader: ObserveReader | None = None,
     ) -> CgroupAdapter:
         """An adapter for the hierarchy mounted under ``root`` per the mount table."""
         layout = CgroupLayout.detect(root, mountinfo)
-        return cls(layout, weight_formula=weight_formula, retry=retry, observe_reader=observe_reader)
+        return cls(layout, retry=retry, observe_reader=observe_reader)
 
     # ---------------------------------------------------------------- locating files
 
@@ -158,8 +158,12 @@ class CgroupAdapter:
 
     # ---------------------------------------------------------------- observing
 
-    def observe(self, wanted: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
-        """Current values of logical files, ``{path: {file: value}}``, in each file's own dialect.
+    def observe(
+        self, wanted: Mapping[str, Iterable[str]], formula: WeightFormula | None = None
+    ) -> dict[str, dict[str, str]]:
+        """Current values of logical files, ``{path: {file: value}}``, in each file's own dialect;
+        a share file read from the other version's file converts by ``formula`` (the caller's
+        policy generation; None: the default), as that generation's writes will compare.
 
         Each host file is read at most once per call (cpu.max serves both CFS files on v2). Cgroups
         that do not exist are left out, and so are files this node does not offer; a file that cannot
@@ -213,7 +217,7 @@ class CgroupAdapter:
                     text = cache[key]
                     if text is not None:
                         texts[name] = text
-                value = from_host(file, version, texts, self.weight_formula)
+                value = from_host(file, version, texts, formula)
                 if value is not None:
                     values[file] = value
             if values:
@@ -302,7 +306,7 @@ class CgroupAdapter:
         except OSError as exc:
             return OperationResult(op, "failed", self._io_error(exc, "reading", directory, names[0], None))
         try:
-            writes = to_host(op.file, op.value, version, current, self.weight_formula)
+            writes = to_host(op.file, op.value, version, current, op.weight_formula)
         except TranslationError as exc:
             return OperationResult(op, "failed", f"{where}: {exc}")
         if not writes:

@@ -42,8 +42,8 @@ from typing import Literal
 
 from engine.adapters.fsio import PathEscape, relative_parts
 from engine.adapters.result import OperationResult
+from engine.cgroups.mounts import CgroupLayout
 from engine.model.operations import DEFAULT_GRACE_SECONDS, EvictPod, Operation
-from engine.sources.cgroupfs import CgroupFS
 
 log = logging.getLogger("qosd.adapters.evict")
 
@@ -116,26 +116,13 @@ def finished_result(kill: Kill, step: Step, now: float, alive: int) -> Operation
 # ------------------------------------------------------------------------------- cgroup signals
 
 
-def _freezer_mount(root: str) -> str | None:
-    """The v1 freezer hierarchy under the cgroup root (``freezer`` or a co-mount naming it)."""
-    try:
-        entries = sorted(os.listdir(root))
-    except OSError:
-        return None
-    for name in entries:
-        if "freezer" in name.split(",") and os.path.isfile(f"{root}/{name}/cgroup.procs"):
-            return f"{root}/{name}"
-    return None
-
-
 class Signals:
     """Signals to every process of a cgroup subtree, with the subtree frozen while they are sent."""
 
-    def __init__(self, fs: CgroupFS, freezer: str | None = None) -> None:
+    def __init__(self, fs: CgroupLayout, freezer: str | None = None) -> None:
         self.fs = fs
-        self.freezer = (
-            freezer if freezer is not None else _freezer_mount(fs.root) if fs.version == 1 else None
-        )
+        # the v1 freezer hierarchy (its own mount or a co-mount naming it), from the one detection
+        self.freezer = freezer if freezer is not None else fs.v1.get("freezer") if fs.version == 1 else None
         self.created: set[str] = set()  # freezer cgroups made for an eviction, removed after it
         self._created_lock = threading.Lock()  # the tick starts evictions, the worker ends them
 
@@ -287,7 +274,7 @@ class StandaloneEvictions:
 
     def __init__(
         self,
-        fs: CgroupFS,
+        fs: CgroupLayout,
         locate: Locate,
         *,
         signals: Signals | None = None,

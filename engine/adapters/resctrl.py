@@ -49,6 +49,13 @@ from engine.adapters.fsio import (
     symlink_refused,
 )
 from engine.adapters.result import OperationResult
+from engine.features.resctrl.strategy import (
+    RESERVED_GROUP_NAMES,
+    ROOT_GROUP,
+    Capabilities,
+    changed_lines,
+    parse_schemata,
+)
 from engine.model.facts import NO_RESCTRL, ResctrlInfo
 from engine.model.operations import (
     AssignTasks,
@@ -56,13 +63,6 @@ from engine.model.operations import (
     Operation,
     RemoveResctrlGroup,
     WriteSchemata,
-)
-from engine.strategies.resctrl import (
-    RESERVED_GROUP_NAMES,
-    ROOT_GROUP,
-    Capabilities,
-    changed_lines,
-    parse_schemata,
 )
 
 log = logging.getLogger("qosd.adapters.resctrl")

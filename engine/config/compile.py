@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import cache
 from types import MappingProxyType
 from typing import Any, overload
@@ -18,17 +19,8 @@ from typing import Any, overload
 from jinja2 import TemplateSyntaxError, meta
 from jinja2.exceptions import SecurityError
 
-from engine.adapters.cgfiles import VALUE_FORMATS, burst_problem, value_problem
-from engine.adapters.cgpaths import cgroup_path_problem
-from engine.config.conditions import (
-    ORDER_OPS,
-    WINDOW_HINT,
-    Condition,
-    comparisons,
-    parse_condition,
-    scope_of,
-    window_problem,
-)
+from engine.cgroups.files import VALUE_FORMATS, burst_problem, value_problem
+from engine.cgroups.paths import cgroup_path_problem
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
@@ -54,12 +46,30 @@ from engine.config.policy import (
     freeze,
 )
 from engine.config.render import ENV, RenderError
+from engine.features.class_knobs import spec as set_cgroup_spec
+from engine.features.class_knobs.knobs import compile_knob
+from engine.features.class_knobs.spec import ClassCpu, ClassMemory
+from engine.features.eviction import spec as eviction_spec
+from engine.features.memory_qos import spec as memory_guard_spec
+from engine.features.memory_qos.spec import MemoryQos
+from engine.features.reclaim import spec as publish_spec
+from engine.features.resctrl import spec as resctrl_spec
+from engine.features.resctrl.spec import class_resctrl
+from engine.features.rules.conditions import (
+    ORDER_OPS,
+    WINDOW_HINT,
+    Condition,
+    comparisons,
+    parse_condition,
+    scope_of,
+    window_problem,
+)
+from engine.features.specs import action_specs
+from engine.features.suppress import spec as suppress_spec
 from engine.model.factnames import registry
 from engine.model.facts import Container, Workload
 from engine.model.node import NodeInfo
 from engine.model.units import parse_cpuset, parse_duration, parse_quantity
-from engine.strategies.knobs import compile_knob
-from engine.strategies.pressure import satisfaction_config_error
 
 EXPR_VARIABLES = frozenset({"pod", "container", "node"})
 
@@ -139,6 +149,7 @@ class _Checker:
         self.enhancements = {e["name"]: e for e in self.spec.get("enhancements", [])}
         self.pools = {p["name"]: p for p in self.spec.get("pools", [])}
         self.class_names = tuple(self.classes)
+        self.action_specs = action_specs((self.spec.get("cgroup") or {}).get("weightFormula"))
 
     def loc(self, path: JsonPath) -> Location:
         loc = self.merged.locate(path)
@@ -161,6 +172,21 @@ class _Checker:
                 else (f"defined {what}s: {', '.join(table) or 'none'}")
             )
             self.add(path, f"{what} {name!r} is not defined", hint)
+
+    def cgroup_path(self, path: JsonPath, what: str, value: Any) -> None:
+        _check_cgroup_path(self, path, what, value)
+
+    def quantity(self, path: JsonPath, value: Any) -> float | None:
+        return _quantity(self, path, value)
+
+    def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
+        _check_knob(self, path, knob, file, pods)
+
+    def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
+        return _check_cgroup_value(self, path, file, knob)
+
+    def cgroup_combination(self, path: JsonPath, literals: dict[str, str], files: set[str]) -> None:
+        _check_cgroup_combination(self, path, literals, files)
 
 
 def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
@@ -439,11 +465,11 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
         protected=bool(raw.get("protected", False)),
         oom_priority=OomPriority(default, lo, hi),
         eviction_priority=raw.get("evictionPriority"),
-        cpu=freeze(cpu),
-        memory=freeze(raw.get("memory") or {}),
-        resctrl=freeze(resctrl),
+        cpu=ClassCpu.of(freeze(cpu)),
+        memory=ClassMemory.of(freeze(raw.get("memory") or {})),
+        resctrl=class_resctrl(freeze(resctrl)),
         origin=c.loc(base),
-        memory_qos=freeze(raw.get("memoryQos") or {}),
+        memory_qos=MemoryQos.of(raw["memoryQos"]) if raw.get("memoryQos") else None,
     )
 
 
@@ -946,6 +972,7 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         kind, params = next(iter(act.items()))
         _check_action(c, apath, kind, params or {}, when)
         actions.append(Action(kind, freeze(params or {}), (*apath, kind)))
+
     limits = raw.get("limits") or {}
     per_window = limits.get("perWindow")
     if per_window and isinstance(per_window.get("count"), int) and per_window["count"] > MAX_RATE_COUNT:
@@ -959,6 +986,7 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         )
     if len(c.problems) != before:
         return None
+    actions = [_compile_action(c, a) for a in actions]
     return Rule(
         name=raw["name"],
         index=i,
@@ -981,110 +1009,39 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
     )
 
 
+def _compile_action(c: _Checker, action: Action) -> Action:
+    """The action with its typed spec, compiled by the feature that owns its kind (checked first)."""
+    compile_spec = c.action_specs.get(action.kind)
+    return replace(action, spec=compile_spec(action.params)) if compile_spec is not None else action
+
+
 def _check_action(
     c: _Checker, path: JsonPath, kind: str, params: dict[str, Any], when: Condition | None
 ) -> None:
     p = (*path, kind)
     if kind == "evict":
-        _check_trigger(c, p, params, when)
-        victims = params.get("victims") or {}
-        for field_name in ("classes", "excludeClasses"):
-            for j, name in enumerate(victims.get(field_name) or []):
-                c.ref((*p, "victims", field_name, j), name, c.classes, "class")
-        for j, name in enumerate(victims.get("classes") or []):
-            cls = c.classes.get(name)
-            if cls is not None and cls.get("protected"):
-                c.add(
-                    (*p, "victims", "classes", j),
-                    f"class {name!r} is protected and can never be an eviction victim",
-                    "remove it from victims.classes, or set protected: false on the class",
-                )
-        lower = (params.get("release") or {}).get("lowerPercent")
-        if lower is not None:
-            triggers = [
-                cmp
-                for cmp in comparisons(when)
-                if cmp.fact.endswith("usage_percent") and cmp.op in ("gte", "gt") and cmp.value <= lower
-            ]
-            for cmp in triggers:
-                c.add(
-                    (*p, "release", "lowerPercent"),
-                    f"release.lowerPercent {lower} is not below the trigger threshold "
-                    f"{cmp.fact} {cmp.op} {cmp.value}",
-                    "eviction releases down to lowerPercent; at or above the threshold it would release "
-                    f"nothing (Koordinator uses threshold - 2, e.g. {cmp.value - 2})",
-                )
+        eviction_spec.check(c, p, params, when)
     elif kind == "suppress":
-        c.ref((*p, "class"), params.get("class"), c.classes, "class")
-        if "cgroup" in params:
-            _check_cgroup_path(c, (*p, "cgroup"), "suppress cgroup", params["cgroup"])
-        for field_name in ("borrowFrom", "excludeClasses"):
-            for j, name in enumerate(params.get(field_name) or []):
-                c.ref((*p, field_name, j), name, c.classes, "class")
-                if name == params.get("class"):
-                    c.add(
-                        (*p, field_name, j),
-                        f"class {name!r} is the class being suppressed",
-                        f"list other classes in {field_name}",
-                    )
+        suppress_spec.check(c, p, params)
     elif kind == "setCgroup":
-        target = params.get("target") or {}
-        if "class" in target:
-            c.ref((*p, "target", "class"), target["class"], c.classes, "class")
-        if "pool" in target:
-            c.ref((*p, "target", "pool"), target["pool"], c.pools, "pool")
-        if "path" in target:
-            _check_cgroup_path(c, (*p, "target", "path"), "setCgroup target", target["path"])
-        literals: dict[str, str] = {}
-        for key, knob in (params.get("values") or {}).items():
-            _check_knob(c, (*p, "values", key), knob, key, "class" in target)
-            text = _check_cgroup_value(c, (*p, "values", key), key, knob)
-            if text is not None:
-                literals[key] = text
-        _check_cgroup_combination(c, (*p, "values"), literals, set(params.get("values") or ()))
-        if "values" not in params and "memoryQos" not in params:
-            c.add(p, "setCgroup needs values, memoryQos or both", "e.g. values: {cpu.shares: 2}")
-        if "memoryQos" in params and "class" not in target:
-            c.add(
-                (*p, "memoryQos"),
-                "memoryQos needs target.class: it is sized from each pod's requests and limits",
-                "set target: {class: <name>}, or write literal values under `values`",
-            )
+        set_cgroup_spec.check(c, p, params)
     elif kind == "memoryGuard":
-        _quantity(c, (*p, "minCriticalWatermark"), params.get("minCriticalWatermark"))
-        if "cgroup" in params:
-            _check_cgroup_path(c, (*p, "cgroup"), "memoryGuard cgroup", params["cgroup"])
+        memory_guard_spec.check(c, p, params)
     elif kind == "setResctrl":
-        if "class" in params:
-            c.ref((*p, "class"), params["class"], c.classes, "class")
-        if "class" not in params and "group" not in params:
-            c.add(p, "setResctrl needs a class or a group")
-        l3 = params.get("l3Percent")
-        if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
-            c.add(
-                (*p, "l3Percent"), f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end"
-            )
+        resctrl_spec.check(c, p, params)
     elif kind == "publish":
-        res = params.get("resource")
-        section = (c.spec.get("reclaim") or {}).get(res)
-        if not isinstance(section, dict) or not section.get("publishAs"):
-            c.add(
-                (*p, "resource"),
-                f"publish {res!r} needs spec.reclaim.{res}.publishAs",
-                "set the extended resource name to publish, e.g. kubernetes.io/batch-cpu",
-            )
-
+        publish_spec.check(c, p, params)
 
 def _check_cgroup_path(c: _Checker, path: JsonPath, what: str, value: Any) -> None:
     """A cgroup an action writes to, named relative to the cgroup root: refused here rather than
-    at every write (adapters/cgpaths.cgroup_path_problem says what a usable path looks like)."""
+    at every write (cgroups/paths.cgroup_path_problem says what a usable path looks like)."""
     bad = cgroup_path_problem(str(value))
     if bad:
         c.add(path, f"{what} {short(value)}: {bad}")
 
 
 def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> str | None:
-    """A literal setCgroup value must be what its file accepts (adapters/cgfiles.VALUE_FORMATS),
+    """A literal setCgroup value must be what its file accepts (cgroups/files.VALUE_FORMATS),
     so that it cannot fail every tick at write time. The text checked is the text written: the knob
     compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
     tick time. Returns the text when it is valid."""
@@ -1130,36 +1087,6 @@ def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, s
             "an idle group's weight is pinned by the kernel",
             f"drop {weight[0]} (an idle group runs only when nothing else wants the CPU anyway)",
         )
-
-
-def _check_trigger(c: _Checker, p: JsonPath, params: dict[str, Any], when: Condition | None) -> None:
-    """Semantic checks of evict.trigger that the schema cannot express."""
-    trigger = params.get("trigger") or {}
-    if "suppressionTolerance" in trigger and when is not None:
-        c.add(
-            (*p, "trigger", "suppressionTolerance"),
-            "trigger suppressionTolerance keeps per-pod timers every tick; a `when` would pause them "
-            "while it does not hold, and stale timers would evict at once when it holds again",
-            "remove the rule's `when`: the trigger itself decides (Katalyst runs the check every round)",
-        )
-    if ("suppressionTolerance" in trigger or "reclaimedOvercommit" in trigger) and "orderBy" in params:
-        kind = next(iter(trigger))
-        c.add(
-            (*p, "orderBy"),
-            f"trigger {kind} evicts in its anchor's own order, so orderBy would be ignored",
-            "remove orderBy from this evict action",
-        )
-    sat = trigger.get("beSatisfaction")
-    if isinstance(sat, dict):
-        error = satisfaction_config_error(sat.get("lowerPercent"), sat.get("upperPercent"))
-        if error:
-            c.add((*p, "trigger", "beSatisfaction"), error, "Koordinator skips BECPUEvict with such a config")
-        if not (params.get("victims") or {}).get("classes"):
-            c.add(
-                (*p, "victims", "classes"),
-                "trigger beSatisfaction needs victims.classes: the class whose CPU satisfaction it measures",
-                "e.g. victims: {classes: [BE]}",
-            )
 
 
 __all__ = ["ORDER_OPS", "check_and_compile", "document_problems"]

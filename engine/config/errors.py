@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from engine.config.load import JsonPath
 
 
 @dataclass(frozen=True, order=True)
@@ -98,3 +101,32 @@ def short(value: Any, limit: int = 60) -> str:
 
 class UsageError(Exception):
     """Bad command-line usage (a path that does not exist, a malformed option): exit 2."""
+
+
+class Checker(Protocol):
+    """What a feature's semantic checks may use of the compiler (``config.compile``): the merged
+    spec's named sections, the node, and the one way to report a located problem. Features check
+    their own specs beside them without importing the compiler."""
+
+    spec: dict[str, Any]  # the merged spec
+    classes: dict[str, Any]  # name -> raw class section
+    pools: dict[str, Any]  # name -> raw pool section
+
+    def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None: ...
+
+    def ref(self, path: JsonPath, name: Any, table: dict[str, Any], what: str) -> None: ...
+
+    def cgroup_path(self, path: JsonPath, what: str, value: Any) -> None:
+        """Report ``value`` unless it is a usable cgroup path under the cgroup root."""
+
+    def quantity(self, path: JsonPath, value: Any) -> float | None:
+        """The quantity ``value`` in base units, or None (reported) when it is not one."""
+
+    def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
+        """Report an expression knob that cannot parse, reads unknown names, or can only fail."""
+
+    def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
+        """A literal knob's text if ``file`` accepts it (else reported); None for computed knobs."""
+
+    def cgroup_combination(self, path: JsonPath, literals: dict[str, str], files: set[str]) -> None:
+        """Report values of one write the kernel refuses together (burst over quota, idle + weight)."""

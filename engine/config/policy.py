@@ -11,11 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from engine.config.conditions import Condition
+from engine.cgroups.weight import WeightFormula
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
+from engine.features.rules.conditions import Condition
+
+if TYPE_CHECKING:
+    # Typing only: the features' spec modules import this one (no cycle at run time).
+    from engine.features.class_knobs.spec import ClassCpu, ClassMemory
+    from engine.features.memory_qos.spec import MemoryQos
+    from engine.features.resctrl.spec import ClassResctrl
+    from engine.features.specs import ActionSpec
 
 
 def freeze(value: Any) -> Any:
@@ -100,13 +108,13 @@ class QoSClass:
     protected: bool
     oom_priority: OomPriority
     eviction_priority: int | None
-    cpu: Mapping[str, Any]
-    memory: Mapping[str, Any]
-    resctrl: Mapping[str, Any]
+    cpu: ClassCpu  # typed sections, compiled once per generation by the features that own them
+    memory: ClassMemory
+    resctrl: ClassResctrl | None  # None: the class declares no resctrl group
     origin: Location
-    # Koordinator memory QoS (minLimitPercent, lowLimitPercent, throttlingPercent, wmark*, ...) as
-    # written in the class's `memoryQos`; empty when the class declares none.
-    memory_qos: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+    # Koordinator memory QoS (minLimitPercent, lowLimitPercent, throttlingPercent, wmark*, ...), compiled;
+    # None when the class declares none.
+    memory_qos: MemoryQos | None = None
 
 
 @dataclass(frozen=True)
@@ -250,9 +258,14 @@ class Pressure:
 
 @dataclass(frozen=True)
 class Action:
+    """One action of a rule. ``spec`` is its typed spec, compiled once per generation by the
+    feature that owns the kind (None for kinds whose parameters pass through as data: taint,
+    condition, notify); ``params`` keeps the mapping as written, for those kinds and for output."""
+
     kind: str
     params: Mapping[str, Any]
     path: JsonPath
+    spec: ActionSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -300,8 +313,8 @@ class Policy:
     origin_tree: Mapping[JsonPath, Location]
     generation: int = 0
     pressure: Pressure = field(default_factory=Pressure)
-    # spec.cgroup.weightFormula: how cpu.shares become cpu.weight; None = knobs.DEFAULT_WEIGHT_FORMULA.
-    weight_formula: Literal["linear", "quadratic"] | None = None
+    # spec.cgroup.weightFormula: how cpu.shares become cpu.weight; None: the default formula.
+    weight_formula: WeightFormula | None = None
     class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)
     enhancement_index: Mapping[str, Enhancement] = field(
         default_factory=lambda: EMPTY, compare=False, init=False

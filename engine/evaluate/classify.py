@@ -16,8 +16,8 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.config.policy import Enhancement, JsonKeyMatch, Matcher, Policy, QoSClass, StringMatch
+from engine.features.class_knobs.knobs import align_oom_priority
 from engine.model.facts import Workload
-from engine.strategies.knobs import align_oom_priority
 
 Test = Callable[[Workload, "_JsonCache"], bool]
 

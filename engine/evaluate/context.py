@@ -1,8 +1,11 @@
-"""What a rule's actions see when they run: the tick's working state and one rule's match.
+"""What the features' steps and a rule's actions see: the tick's shared state, the generation, a match.
 
-Action handlers (``engine.evaluate.actions``) are small functions of an ``ActionContext``. Keeping the
-context in one place is what lets each strategy live in its own file, as koordlet's qosmanager
-plugins do, while the engine stays the one place that orders rules and owns state.
+The engine calls each feature's :class:`Step` in one declared order (before the rules, the rules,
+after the rules). Steps share only :class:`Tick`, the working state several features read or write in
+one tick; the rule machinery's own timers live with it (``engine.features.rules.step``). Action handlers
+(``engine.evaluate.handlers``) are small functions of an :class:`ActionContext`, which carries what
+they need of the compiled generation (:class:`Generation`) and never the engine itself, so a feature
+cannot reach another's step or the engine's caches.
 """
 
 from __future__ import annotations
@@ -10,22 +13,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from engine.evaluate.compiler import CompiledRule, observe
-from engine.evaluate.factview import FactViews
+from engine.config.policy import Policy
+from engine.evaluate.classify import Classifier
+from engine.evaluate.factview import FactViews, MembersIndex
 from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
+from engine.features.eviction.strategy import Round
+from engine.features.pools.strategy import PoolPlan
+from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
+from engine.features.rules.compiler import CompiledRule, observe
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance
-from engine.strategies.eviction import Round
-from engine.strategies.pools import PoolPlan
-from engine.strategies.reclaim import NOTHING_PUBLISHED, Published, ReportHistory
 
 if TYPE_CHECKING:
-    from engine.evaluate.class_knobs import MemoryQosAsk
-    from engine.evaluate.engine import Engine
-    from engine.evaluate.resctrl_step import ResctrlAsk
+    from engine.features.class_knobs.step import MemoryQosAsk, PodOomPriority
+    from engine.features.resctrl.step import ResctrlAsk
+    from engine.features.specs import ActionSpec
 
+S = TypeVar("S")
 Match = tuple[str | None, Any, Workload | None, bool]  # (item key, item facts, workload, latched)
 
 
@@ -42,35 +48,55 @@ class Skipped:
 
 @dataclass
 class Tick:
-    """Mutable working copy of the engine state for one evaluation."""
+    """What the steps of one evaluation share: the intents and notes they produce, and the working
+    state more than one feature reads (evictions in flight, pressure, reports, the pool plan, the
+    asks that rules leave for the after-rules steps)."""
 
     now: float
-    held: dict[str, float]
-    latched: set[str]
-    last_fired: dict[str, float]
-    fired_at: dict[str, tuple[float, ...]]
     evicting: dict[str, Evicting]
     reports: dict[str, ReportHistory] = field(default_factory=dict)
     intents: list[Intent] = field(default_factory=list)
-    fired: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     round: Round = field(default_factory=Round)
-    stateful: set[str] = field(default_factory=set)  # rules with held or latched items at tick start
     pool_plan: PoolPlan | None = None  # this tick's CPU pools (None when the policy has none)
     resctrl: list[ResctrlAsk] = field(default_factory=list)  # setResctrl actions, planned after rules
     memory_qos: list[MemoryQosAsk] = field(default_factory=list)  # setCgroup memoryQos, after rules
     pressure: PressureState = NO_PRESSURE  # engine-computed trigger state, stepped this tick
     pressure_inputs: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # "numa:<id>"/"node" -> terms
     published: Published = NOTHING_PUBLISHED  # the node update gate's memory, stepped after the rules
+    oom_priorities: tuple[PodOomPriority, ...] = ()  # each active pod's OOM priority (class knobs)
+
+
+class Step(Protocol):
+    """One feature's part of the tick. The engine calls every step's ``before_rules`` in its declared
+    order, then the rules, then every step's ``after_rules`` in the same order."""
+
+    def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None: ...
+
+    def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None: ...
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What actions may know of the compiled policy generation (the engine keeps everything else)."""
+
+    policy: Policy
+    number: int
+    classifier: Classifier
+    members: MembersIndex  # active pods by class, rebuilt only when the workload objects change
+    reclaimed_classes: frozenset[str]
+    numa_pressure_rules: frozenset[str]  # rules that read the NUMA watermark counter's facts
+    system_pressure_rules: frozenset[str]  # rules that read the system memory pressure facts
 
 
 @dataclass(frozen=True)
 class ActionContext:
     """One action of one rule that matched in this tick."""
 
-    engine: Engine
+    env: Generation
     rule: CompiledRule
-    params: Mapping[str, Any]
+    params: Mapping[str, Any]  # the action as written; kinds with a typed spec read ``spec`` instead
+    spec: ActionSpec | None
     snap: Snapshot
     views: FactViews
     classes: Mapping[str, Any]
@@ -81,16 +107,23 @@ class ActionContext:
     def name(self) -> str:
         return self.rule.rule.name
 
+    def spec_as(self, kind: type[S]) -> S:
+        """This action's compiled spec, of the type its handler expects (a mismatch is a qosd bug)."""
+        spec = self.spec
+        if not isinstance(spec, kind):
+            raise TypeError(f"rule {self.name}: expected a compiled {kind.__name__}, got {spec!r}")
+        return spec
+
     def provenance(
         self, item: str | None, facts: Any, latched: bool, inputs: Mapping[str, Any] | None = None
     ) -> Provenance:
         """Why: the rule, the generation, its source, the conditions as observed, the computation."""
         rule = self.rule.rule
-        engine = self.engine
+        env = self.env
         return Provenance(
             rule=rule.name,
-            policy_hash=engine.policy.hash,
-            generation=engine.generation,
+            policy_hash=env.policy.hash,
+            generation=env.number,
             source=str(rule.origin),
             mode=rule.mode,
             item=item,
@@ -106,5 +139,5 @@ class ActionContext:
         self.tick.skipped.append(Skipped(self.name, reason))
 
     def class_members(self, class_name: str) -> tuple[Workload, ...]:
-        """Active pods of a class, in snapshot order (indexed once per workload set by the engine)."""
-        return self.engine.members(self.snap.workloads).get(class_name, ())
+        """Active pods of a class, in snapshot order (indexed once per workload set)."""
+        return self.env.members(self.snap.workloads).get(class_name, ())

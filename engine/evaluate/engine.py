@@ -1,69 +1,33 @@
 """Evaluation: (compiled policy, snapshot, engine state) -> intents and the next state.
 
-This is the one code path of the daemon, ``qosd eval``, ``qosd simulate`` and ``qosd test``. Per rule
-it evaluates the compiled condition for each item of the rule's scope (the node, each NUMA node, pod
-or container), applies ``for`` (sustain), ``clearWhen`` and hysteresis (latches), ``cooldown`` and
-rate limits, then runs the rule's actions. Evictions of all rules in one tick share one round: a pod
-is chosen at most once, and pods already being evicted count as released.
+This is the one code path of the daemon, ``qosd eval``, ``qosd simulate`` and ``qosd test``. It calls
+the features' steps in one declared order (:data:`Engine.steps`): every step's ``before_rules``, then
+the rules (``engine.features.rules.step``), then every step's ``after_rules``. Evictions of all rules
+in one tick share one round: a pod is chosen at most once, and pods already being evicted count as
+released. A feature is added by adding its folder and one entry in that order.
 """
 
 from __future__ import annotations
 
-import importlib
-import operator
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from itertools import compress, islice
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
-from engine.config.conditions import comparisons
 from engine.config.policy import Policy
-from engine.evaluate.actions import HANDLERS
-from engine.evaluate.class_knobs import ClassKnobStep, PodOomPriority
 from engine.evaluate.classify import Classifier
-from engine.evaluate.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key
-from engine.evaluate.context import ActionContext, Skipped, Tick
-from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ScopeItems, same_workloads
-from engine.evaluate.pools import PoolStep
-from engine.evaluate.pressure_step import PressureStep
-from engine.evaluate.publish_gate import gate_publishes
-from engine.evaluate.resctrl_step import ResctrlStep
-from engine.evaluate.state import EngineState, Evicting, item_key
+from engine.evaluate.context import Generation, Skipped, Step, Tick
+from engine.evaluate.factview import ACTIVE_PHASES, FactViews, MembersIndex, same_workloads
+from engine.evaluate.state import EngineState, Evicting
+from engine.features.class_knobs.step import ClassKnobStep, PodOomPriority
+from engine.features.eviction.step import PressureStep
+from engine.features.pools.step import PoolStep
+from engine.features.pools.strategy import PoolPlan
+from engine.features.reclaim.gate import PublishGateStep
+from engine.features.resctrl.step import ResctrlStep
+from engine.features.rules.compiler import CompiledRule
+from engine.features.rules.step import Backend, RuleStep, RuleTimers
 from engine.model.facts import Snapshot, Workload
-from engine.model.intents import CgroupIntent, EvictIntent, Intent
-from engine.model.units import parse_duration
-from engine.strategies.knobs import KnobFn
-from engine.strategies.pools import PoolPlan
-
-USE_FACTS = {
-    "cpu": ("cpu.usage_cores", "cpu.request_cores"),
-    "memory": ("memory.usage_bytes", "memory.request_bytes"),
-}
-
-
-class Backend(Protocol):
-    """Evaluates batches of compiled conditions: in-process Python, or durable-rules in a worker."""
-
-    name: str
-
-    def evaluate_many(
-        self, node: Mapping[str, Any], classes: Mapping[str, Any], calls: list[Call]
-    ) -> list[bool]: ...
-
-    def close(self) -> None: ...
-
-
-def make_backend(name: str, policy: Policy, rules: tuple[CompiledRule, ...]) -> Backend:
-    if name == "python":
-        return PythonBackend(rules)
-    if name == "durable":
-        # Imported on demand: durable-rules is an optional extra (Python < 3.13 only).
-        durable = importlib.import_module("engine.evaluate.durable")
-        backend: Backend = durable.DurableBackend(policy, rules)
-        return backend
-    raise ValueError(f"unknown backend {name!r}; use python or durable")
-
+from engine.model.intents import EvictIntent, Intent
 
 EVICTING_TTL = 600.0  # forget an eviction record after this long even if the pod lingers
 
@@ -110,53 +74,48 @@ class Engine:
         self.policy = policy
         self.generation = generation
         self.classifier = Classifier(policy)
-        self.rules: tuple[CompiledRule, ...] = compile_rules(policy)
-        self.backend: Backend = make_backend(backend, policy, self.rules)
-        self.class_keys = frozenset(
-            fact_key(c)
-            for r in policy.rules
-            for c in comparisons(r.when) + comparisons(r.clear_when)
-            if c.spec.scope == "class"
-        )
         self.reclaimed_classes = frozenset(c.name for c in policy.classes if c.cpu_policy == "reclaimed")
-        # A rule's cooldown, or its evict action's (Katalyst and Koordinator configure it per evictor).
-        self.cooldowns = {
-            r.name: max(
-                [r.cooldown]
-                + [
-                    parse_duration(str(a.params["cooldown"]))
-                    for a in r.actions
-                    if a.kind == "evict" and "cooldown" in a.params
-                ]
-            )
-            for r in policy.rules
-        }
         self._static: dict[int, Any] = {}
-        self._members: tuple[tuple[Workload, ...], Mapping[str, tuple[Workload, ...]]] | None = None
         self._issue_memo: tuple[tuple[Workload, ...], Any, tuple[WorkloadIssue, ...]] | None = None
         self._memo: dict[Any, Any] = {}  # cross-tick results actions reuse while workloads are unchanged
         self.pool_step = PoolStep(policy, self.classifier, generation)
         self.pressure_step = PressureStep(policy, self.classifier)
         self.resctrl_step = ResctrlStep(policy, self.classifier, generation)
         self.class_knob_step = ClassKnobStep(policy, self.classifier, generation)
-        self.knob_cache: dict[str, dict[str, KnobFn]] = {}  # setCgroup knobs, compiled once per rule
+        self.members = MembersIndex(self.classifier)
+        env = Generation(
+            policy=policy,
+            number=generation,
+            classifier=self.classifier,
+            members=self.members,
+            reclaimed_classes=self.reclaimed_classes,
+            numa_pressure_rules=self.pressure_step.numa_rules,
+            system_pressure_rules=self.pressure_step.system_rules,
+        )
+        self.rule_step = RuleStep(policy, env, backend)
+        # The one declared order. Before the rules: the pool plan, then the pressure counters (their
+        # facts are what the memory pressure rules test). After the rules: the pools' cpusets and the
+        # publish gate, the class knobs (a rule's setCgroup of the same file wins over both), and the
+        # resctrl groups of the whole tick planned against the CLOSIDs at once.
+        self.steps: tuple[Step, ...] = (
+            self.pool_step,
+            self.pressure_step,
+            PublishGateStep(policy.reclaim.update),
+            self.class_knob_step,
+            self.resctrl_step,
+        )
 
-    def members(self, workloads: tuple[Workload, ...]) -> Mapping[str, tuple[Workload, ...]]:
-        """Active pods by class, in snapshot order. Sources hand back the same Workload objects while
-        pods are unchanged, so the index is rebuilt only when the set of objects changes."""
-        cached = self._members
-        if cached is not None and same_workloads(cached[0], workloads):
-            return cached[1]
-        out: dict[str, list[Workload]] = {}
-        classify = self.classifier.classify
-        for w in workloads:
-            if w.phase in ACTIVE_PHASES:
-                name = classify(w).class_name
-                if name:
-                    out.setdefault(name, []).append(w)
-        index = MappingProxyType({k: tuple(v) for k, v in out.items()})
-        self._members = (workloads, index)
-        return index
+    @property
+    def rules(self) -> tuple[CompiledRule, ...]:
+        return self.rule_step.rules
+
+    @property
+    def backend(self) -> Backend:
+        return self.rule_step.backend
+
+    @property
+    def cooldowns(self) -> dict[str, float]:
+        return self.rule_step.cooldowns
 
     def evaluate(self, snap: Snapshot, state: EngineState) -> Evaluation:
         views = FactViews(snap, self.classifier, self._static, self._memo)
@@ -164,10 +123,6 @@ class Engine:
         live = snap.by_uid if state.evicting else {}
         t = Tick(
             now=now,
-            held=dict(state.held_since),
-            latched=set(state.latched),
-            last_fired=dict(state.last_fired),
-            fired_at=dict(state.fired_at),
             reports=dict(state.reports),
             pressure=state.pressure,
             published=state.published,
@@ -177,31 +132,17 @@ class Engine:
                 if uid in live and live[uid].phase in ACTIVE_PHASES and now - rec.since < EVICTING_TTL
             },
         )
-        t.stateful = {k.split("|", 1)[0] for k in t.held} | {k.split("|", 1)[0] for k in t.latched}
-        t.pool_plan = self.pool_step.plan(snap)
-        # Before any condition: its counters become the facts the memory pressure rules test.
-        self.pressure_step.run(views, t)
-        classes = views.classes(self.class_keys) if self.class_keys else MappingProxyType({})
-        for cr, evaluated in zip(self.rules, self._conditions(views, classes, t), strict=True):
-            self._run_rule(cr, evaluated, snap, views, classes, t)
-        gate_publishes(self.policy.reclaim.update, t)
-        if t.pool_plan is not None:
-            # A rule that sets a pooled file (suppress narrowing the BE cpuset) wins over the pool.
-            taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
-            t.intents.extend(
-                i
-                for i in self.pool_step.intents(snap, t.pool_plan, self.policy.hash)
-                if (i.path, i.file) not in taken
-            )
-        # Class knobs hold like pools, after the rules: a rule's setCgroup of the same file wins.
-        oom = self.class_knob_step.run(snap, views.node, t)
-        # Like the pools, after the rules: every group of the tick is planned against the CLOSIDs at once.
-        self.resctrl_step.run(snap, t)
+        timers = RuleTimers.of(state)
+        for step in self.steps:
+            step.before_rules(snap, views, t)
+        self.rule_step.run(snap, views, t, timers)
+        for step in self.steps:
+            step.after_rules(snap, views, t)
         new_state = EngineState(
-            held_since=MappingProxyType(t.held),
-            latched=frozenset(t.latched),
-            last_fired=MappingProxyType(t.last_fired),
-            fired_at=t.fired_at,
+            held_since=MappingProxyType(timers.held),
+            latched=frozenset(timers.latched),
+            last_fired=MappingProxyType(timers.last_fired),
+            fired_at=timers.fired_at,
             evicting=t.evicting,
             reports=t.reports,
             pressure=t.pressure,
@@ -213,10 +154,10 @@ class Engine:
             self.generation,
             tuple(t.intents),
             new_state,
-            tuple(t.fired),
+            tuple(timers.fired),
             tuple(t.skipped),
             self._issues(snap, t.pool_plan),
-            oom_priorities=oom,
+            oom_priorities=t.oom_priorities,
         )
 
     def _issues(self, snap: Snapshot, pools: PoolPlan | None) -> tuple[WorkloadIssue, ...]:
@@ -235,109 +176,6 @@ class Engine:
         issues = tuple(out)
         self._issue_memo = (snap.workloads, pool_errors, issues)
         return issues
-
-    # ---------------------------------------------------------------- rules
-
-    def _conditions(
-        self, views: FactViews, classes: Mapping[str, Any], t: Tick
-    ) -> list[tuple[ScopeItems, list[bool], list[bool]]]:
-        """Phase 1: every rule's conditions over its items, in one batch for the backend.
-
-        Returns per rule its scope's items, which of them were latched, and which hold. A rule with
-        nothing latched (the steady state) is one call over all its items."""
-        latched_rules = {k.split("|", 1)[0] for k in t.latched}
-        calls: list[Call] = []
-        per_rule: list[tuple[ScopeItems, list[bool]]] = []
-        for index, cr in enumerate(self.rules):
-            items = views.items(cr.rule.scope)
-            name = cr.rule.name
-            if name not in latched_rules:
-                flags = [False] * len(items.rows)
-                calls.append((index, "when", items.rows, False))
-            else:
-                flags = [item_key(name, key) in t.latched for key in items.keys]
-                for row, latched in zip(items.rows, flags, strict=True):
-                    calls.append((index, "when", (row,), latched))
-                    if latched and cr.clear is not None:
-                        calls.append((index, "clear", (row,), False))
-            per_rule.append((items, flags))
-        answers = iter(self.backend.evaluate_many(views.node, classes, calls))
-        out = []
-        for index, (items, flags) in enumerate(per_rule):
-            if not any(flags):
-                held = list(islice(answers, len(flags)))
-            else:
-                has_clear = self.rules[index].clear is not None
-                held = []
-                for latched in flags:
-                    h = next(answers)
-                    if latched and has_clear:
-                        h = not next(answers)
-                    held.append(h)
-            out.append((items, flags, held))
-        return out
-
-    def _run_rule(
-        self,
-        cr: CompiledRule,
-        evaluated: tuple[ScopeItems, list[bool], list[bool]],
-        snap: Snapshot,
-        views: FactViews,
-        classes: Mapping[str, Any],
-        t: Tick,
-    ) -> None:
-        rule = cr.rule
-        items, flags, held = evaluated
-        matched: list[tuple[str | None, Any, Workload | None, bool]] = []
-        if rule.name in t.stateful:
-            for i in compress(range(len(held)), map(operator.not_, held)):
-                k = item_key(rule.name, items.keys[i])
-                t.held.pop(k, None)
-                t.latched.discard(k)
-        for i in compress(range(len(held)), held):
-            key = items.keys[i]
-            since = t.held.setdefault(item_key(rule.name, key), t.now)
-            if t.now - since >= rule.sustain:
-                matched.append((key, items.fact(i), items.workloads[i], flags[i]))
-        if not matched:
-            return
-        if self._publish_only(rule) and self._within_report_interval(rule.name, t):
-            return  # the declared reporting cadence, not a suppression worth reporting
-        cooldown = self.cooldowns[rule.name]
-        if cooldown and rule.name in t.last_fired and t.now - t.last_fired[rule.name] < cooldown:
-            left = cooldown - (t.now - t.last_fired[rule.name])
-            t.skipped.append(Skipped(rule.name, f"cooldown: {left:g}s of {cooldown:g}s left"))
-            return
-        if rule.per_window is not None:
-            count, window = rule.per_window
-            recent = tuple(x for x in t.fired_at.get(rule.name, ()) if t.now - x < window)
-            t.fired_at[rule.name] = recent
-            if len(recent) >= count:
-                t.skipped.append(Skipped(rule.name, f"rate limit: fired {len(recent)} times in {window:g}s"))
-                return
-        acted = False
-        for action in rule.actions:
-            handler = HANDLERS.get(action.kind)
-            if handler is None:
-                t.skipped.append(
-                    Skipped(rule.name, f"action {action.kind!r} has no strategy in this version of qosd yet")
-                )
-                continue
-            acted |= handler(ActionContext(self, cr, action.params, snap, views, classes, matched, t))
-        for key, *_ in matched:
-            t.latched.add(item_key(rule.name, key))
-        if acted:
-            t.fired.append(rule.name)
-            t.last_fired[rule.name] = t.now
-            if rule.per_window is not None:  # only rate-limited rules need their recent firings
-                t.fired_at[rule.name] = (*t.fired_at.get(rule.name, ()), t.now)
-
-    def _publish_only(self, rule: Any) -> bool:
-        return bool(rule.actions) and all(a.kind == "publish" for a in rule.actions)
-
-    def _within_report_interval(self, name: str, t: Tick) -> bool:
-        interval = self.policy.reclaim.report_interval
-        return bool(interval) and name in t.last_fired and t.now - t.last_fired[name] < float(interval or 0)
 
 
 def record_evictions(state: EngineState, evicted: list[EvictIntent], now: float) -> EngineState:

@@ -114,6 +114,30 @@ def same_workloads(known: tuple[Workload, ...] | None, workloads: tuple[Workload
     )
 
 
+class MembersIndex:
+    """Active pods by class, in snapshot order. Sources hand back the same Workload objects while
+    pods are unchanged, so the index is rebuilt only when the set of objects changes."""
+
+    def __init__(self, classifier: Classifier):
+        self._classify = classifier.classify
+        self._cached: tuple[tuple[Workload, ...], Mapping[str, tuple[Workload, ...]]] | None = None
+
+    def __call__(self, workloads: tuple[Workload, ...]) -> Mapping[str, tuple[Workload, ...]]:
+        cached = self._cached
+        if cached is not None and same_workloads(cached[0], workloads):
+            return cached[1]
+        out: dict[str, list[Workload]] = {}
+        classify = self._classify
+        for w in workloads:
+            if w.phase in ACTIVE_PHASES:
+                name = classify(w).class_name
+                if name:
+                    out.setdefault(name, []).append(w)
+        index = MappingProxyType({k: tuple(v) for k, v in out.items()})
+        self._cached = (workloads, index)
+        return index
+
+
 @dataclass(frozen=True)
 class ScopeItems:
     """The items of one rule scope in one tick, as parallel sequences (keys, rows, workloads): every

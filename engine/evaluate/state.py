@@ -18,8 +18,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
 from engine.resources import data_dir
-from engine.strategies.reclaim import NOTHING_PUBLISHED, Published, ReportHistory
 
 EMPTY_F: Mapping[str, float] = MappingProxyType({})
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.cgroups.weight import WeightFormula
+
 DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
 
 
@@ -106,21 +108,30 @@ class PublishNodeResource:
 
 @dataclass(frozen=True)
 class WriteCgroup:
+    """Make a logical cgroup file hold ``value``. ``weight_formula`` is set on cpu.shares and
+    cpu.weight writes: the policy generation's shares <-> weight formula, for a host that holds the
+    other file. It travels with the write so that the adapter holds no policy, and a plan made under
+    one generation is applied with that generation's formula even while another is loading."""
+
     path: str
     file: str
     value: str
     rule: str
+    weight_formula: WeightFormula | None = None
 
     kind = "writeCgroup"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": self.kind,
             "path": self.path,
             "file": self.file,
             "value": self.value,
             "rule": self.rule,
         }
+        if self.weight_formula is not None:
+            out["weightFormula"] = self.weight_formula
+        return out
 
 
 @dataclass(frozen=True)

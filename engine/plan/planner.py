@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from engine.cgroups.files import SHARE_FILES
+from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA
 from engine.config.policy import Policy
+from engine.features.resctrl.strategy import changed_lines
 from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent, EvictIntent, Intent, NodeIntent, ResctrlIntent
 from engine.model.operations import (
@@ -30,7 +33,6 @@ from engine.model.operations import (
     WriteSchemata,
 )
 from engine.plan.cgroups import Desired, order_writes
-from engine.strategies.resctrl import changed_lines
 
 
 @dataclass(frozen=True)
@@ -187,8 +189,11 @@ def _plan(
         seen.add(key)
         ops.append(op)
     ops.extend(_resctrl_ops(resctrl, observed_resctrl, held))
+    formula = policy.weight_formula or DEFAULT_WEIGHT_FORMULA
     for write in order_writes(changes, observed):
-        ops.append(WriteCgroup(write.path, write.file, write.value, claimed[(write.path, write.file)]))
+        rule = claimed[(write.path, write.file)]
+        shares = write.file in SHARE_FILES
+        ops.append(WriteCgroup(write.path, write.file, write.value, rule, formula if shares else None))
     return Plan(tuple(ops), tuple(held), tuple(evicts))
 
 

@@ -1,10 +1,11 @@
 """Per-cgroup CPU and memory usage, PSI, and the current values of the files qosd manages.
 
 Workloads name their cgroups by a path relative to the cgroup root and without the controller
-("kubepods/burstable/pod<uid>", "qosd-demo/probe"), the way the rest of qosd does; this module maps
-a (path, file) pair to the file on disk for cgroup v1 (one directory per controller, co-mounted
-controllers such as "cpu,cpuacct" found automatically) and v2 (one unified tree). The root is
-configurable so tests run on temporary trees with the kernel's file names.
+("kubepods/burstable/pod<uid>", "qosd-demo/probe"), the way the rest of qosd does. Where a (path,
+file) pair is on disk, for cgroup v1 (one directory per controller, co-mounted controllers such as
+"cpu,cpuacct" included) and v2 (one unified tree), is the one detected
+:class:`~engine.cgroups.mounts.CgroupLayout` the cgroup adapter writes through, so both sides agree
+on the hierarchy. Tests build the layout over temporary trees with the kernel's file names.
 
 Facts per cgroup (names as in the facts schema's resourceUse/memoryUse):
 
@@ -37,19 +38,19 @@ Observer's ``every``) when hundreds of cgroups make the per-tick cost matter.
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from engine.cgroups.files import SHARE_FILES
+from engine.cgroups.mounts import CgroupLayout
+from engine.cgroups.weight import WeightFormula
 from engine.model.units import int_or_none
 from engine.sources.files import Reader, read_many
 from engine.sources.procfs import MIN_WINDOW_SECONDS, psi_facts, rate
 
-V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 PSI_FILES = (("cpu", "cpu.pressure"), ("memory", "memory.pressure"), ("io", "io.pressure"))
 
 _V1_STAT = {
@@ -75,62 +76,6 @@ _THROTTLING = {"nr_periods": "nr_periods", "nr_throttled": "nr_throttled"}
 NO_VALUES: Mapping[str, str] = MappingProxyType({})
 V1_FILES = ("cpuacct.usage", "cpu.stat", "memory.stat", "memory.usage_in_bytes")
 V2_FILES = ("cpu.stat", "memory.stat", "memory.current", *(name for _, name in PSI_FILES))
-
-
-def controller_of(file: str) -> str:
-    """The v1 controller directory a cgroup file lives in (``cpuacct.usage`` -> cpuacct)."""
-    head = file.split(".", 1)[0]
-    return head if head in V1_CONTROLLERS else "cpu"  # cgroup.procs, tasks: any hierarchy; use cpu
-
-
-@dataclass(frozen=True)
-class CgroupFS:
-    """Where cgroup files are: ``root`` and, on v1, the directory of each controller."""
-
-    root: str
-    version: int
-    mounts: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def detect(cls, root: Path | str = Path("/sys/fs/cgroup")) -> CgroupFS:
-        """v2 when the root itself is a cgroup2 tree (it has cgroup.controllers), else v1/hybrid."""
-        base = str(root).rstrip("/") or "/"
-        if os.path.exists(f"{base}/cgroup.controllers"):
-            return cls(base, 2)
-        try:
-            entries = os.listdir(base)
-        except OSError:
-            entries = []
-        mounts: dict[str, str] = {}
-        for ctl in V1_CONTROLLERS:
-            if ctl in entries:
-                mounts[ctl] = f"{base}/{ctl}"
-                continue
-            for name in sorted(entries):  # co-mounted: "cpu,cpuacct"
-                if ctl in name.split(","):
-                    mounts[ctl] = f"{base}/{name}"
-                    break
-        return cls(base, 1, mounts)
-
-    def dir(self, path: str, controller: str = "cpu") -> str:
-        """The directory of cgroup ``path`` (v1: in ``controller``'s hierarchy)."""
-        rel = path.strip("/")
-        base = self.root if self.version == 2 else self.mounts.get(controller, f"{self.root}/{controller}")
-        return f"{base}/{rel}" if rel else base
-
-    def file(self, path: str, name: str) -> str:
-        return f"{self.dir(path, controller_of(name))}/{name}"
-
-    def relative(self, absolute: str) -> str | None:
-        """The cgroup path of a directory on disk, or None if it is outside every hierarchy."""
-        text = absolute.rstrip("/")
-        bases = [self.root] if self.version == 2 else sorted(self.mounts.values(), key=len, reverse=True)
-        for base in bases:
-            if text == base:
-                return ""
-            if text.startswith(base + "/"):
-                return text[len(base) + 1 :]
-        return None
 
 
 def parse_stat_keys(text: str, keys: Mapping[str, str]) -> dict[str, int]:
@@ -207,7 +152,7 @@ class CgroupMetrics:
     This runs for every cgroup every tick, so the loop is written flat: one dict lookup for the
     cgroup's state, one read of its CPU counter, and the memory files only on the cgroup's turn."""
 
-    def __init__(self, fs: CgroupFS, reader: Reader, options: CgroupOptions = CgroupOptions()) -> None:
+    def __init__(self, fs: CgroupLayout, reader: Reader, options: CgroupOptions = CgroupOptions()) -> None:
         self.fs = fs
         self.reader = reader
         self.options = options
@@ -386,6 +331,9 @@ class _Seen:
 
 
 Pair = tuple[str, str]
+Translate = Callable[[Mapping[str, Sequence[str]], WeightFormula | None], Mapping[str, Mapping[str, str]]]
+"""The cgroup adapter's ``observe``: logical file names per path, and the weight formula to read
+share files of the other cgroup version by."""
 
 
 class _Layout:
@@ -426,10 +374,10 @@ class Observer:
 
     def __init__(
         self,
-        fs: CgroupFS,
+        fs: CgroupLayout,
         reader: Reader,
         every: int = 1,
-        translate: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
+        translate: Translate | None = None,
     ) -> None:
         self.fs = fs
         self.reader = reader
@@ -437,6 +385,7 @@ class Observer:
         # The cgroup adapter's observe(): reads the host files of logical names (cpu.shares on a v2
         # host reads cpu.weight) so the planner compares like with like. Without it: names as given.
         self.translate = translate
+        self._formula: WeightFormula | None = None  # the formula the share files were last read by
         self._seen: dict[Pair, _Seen] = {}
         self._layout: _Layout | None = None
         self._forced: dict[Pair, _Seen] = {}  # due at the next observe whatever their phase
@@ -458,11 +407,19 @@ class Observer:
         if seen is not None:
             self._forced[path, file] = seen
 
-    def observe(self, pairs: Sequence[Pair], tick: int = 0) -> Mapping[str, Mapping[str, str]]:
+    def observe(
+        self, pairs: Sequence[Pair], tick: int = 0, formula: WeightFormula | None = None
+    ) -> Mapping[str, Mapping[str, str]]:
+        """The current values of ``pairs``; share files translated from the other cgroup version
+        read by ``formula``, the caller's policy generation (a new formula re-reads them at once)."""
         every = max(self.every, 1)
         layout = self._layout
         if layout is None or layout.pairs is not pairs or layout.every != every or isinstance(pairs, list):
             layout = self._relayout(pairs, every)
+        if formula != self._formula:
+            self._formula = formula
+            if self.translate is not None:
+                self._forced.update((p, s) for p, s in self._seen.items() if p[1] in SHARE_FILES)
         due = self._forced
         self._forced = {}
         if every == 1:
@@ -522,7 +479,7 @@ class Observer:
             asked: dict[str, list[str]] = {}
             for path, file in due:
                 asked.setdefault(path, []).append(file)
-            found = self.translate(asked)
+            found = self.translate(asked, self._formula)
             for (path, file), s in due.items():
                 value = found.get(path, NO_VALUES).get(file)
                 if value != s.value:

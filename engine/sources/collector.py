@@ -40,16 +40,18 @@ import math
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from engine.config.conditions import comparisons
+from engine.cgroups.mounts import CgroupLayout
+from engine.cgroups.weight import WeightFormula
 from engine.config.policy import Policy
+from engine.features.rules.conditions import comparisons
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
-from engine.sources.cgroupfs import CgroupFS, CgroupMetrics, CgroupOptions, Observer
+from engine.sources.cgroupfs import CgroupMetrics, CgroupOptions, Observer, Translate
 from engine.sources.files import PinnedReader, Reader, TickReader
 from engine.sources.procfs import ProcSource, psi_facts
 from engine.sources.sysfs import TopologySource
@@ -291,7 +293,7 @@ class NodeCollector:
     def __init__(
         self,
         workloads: WorkloadSource,
-        cgroup: CgroupFS,
+        cgroup: CgroupLayout,
         *,
         procfs: Path = Path("/proc"),
         sysfs: Path = Path("/sys"),
@@ -304,7 +306,7 @@ class NodeCollector:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         page_size: int | None = None,
-        observe: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
+        observe: Translate | None = None,
     ) -> None:
         self.source = workloads
         self.cgroup = cgroup
@@ -335,6 +337,8 @@ class NodeCollector:
         self._started = monotonic()
         self._usage_at: float | None = None  # last tick with node CPU and memory usage sampled
         self.observer = Observer(cgroup, self.reader, options.observe_every, observe)
+        # The generation's formula for share files read from the other cgroup version (use_policy).
+        self.weight_formula: WeightFormula | None = None
         self._configure(options.windows)
 
     # -- configuration
@@ -347,6 +351,7 @@ class NodeCollector:
         ``class_of`` (e.g. ``engine.classifier.classify(w).class_name``) enables class windows;
         ``extra`` adds windows that strategies read outside conditions (an action's own window)."""
         self._class_of = class_of
+        self.weight_formula = policy.weight_formula
         needs = set()
         for rule in policy.rules:
             for c in comparisons(rule.when) + comparisons(rule.clear_when):
@@ -491,7 +496,7 @@ class NodeCollector:
                 store.prune(tick)
         classes = self._classes(workloads, pods, now, tick)
 
-        observed = self.observer.observe(self._observed_pairs(workloads, tick), tick)
+        observed = self.observer.observe(self._observed_pairs(workloads, tick), tick, self.weight_formula)
         return Snapshot(
             time=wall,
             node=topo.node,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from typing import Protocol
 
-from engine.adapters.mounts import parse_mountinfo
+from engine.cgroups.mounts import parse_mountinfo
 from engine.model.units import int_or_none
 
 CHUNK = 1 << 16

@@ -6,7 +6,7 @@ its containers exist, and leaves when its object is deleted. Koordinator's koord
 kubelet's ``/pods`` instead; a watch costs nothing between changes and needs no kubelet port.
 
 Each pod becomes a ``Workload`` with its cgroup paths resolved the kubelet's way
-(engine.adapters.cgpaths): the pod cgroup from its UID and QoS class, each container's from the
+(engine.cgroups.paths): the pod cgroup from its UID and QoS class, each container's from the
 container ID in ``status.containerStatuses``. A container without an ID yet (a pending pod, a
 container being restarted) has no cgroup path; adapters skip it until the status names one.
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from kubernetes import client
 
-from engine.adapters.cgpaths import Driver, container_path, pod_path
+from engine.cgroups.paths import Driver, container_path, pod_path
 from engine.kube.objects import resource_list, str_map
 from engine.kube.reflector import Reflector, resource_version_of
 from engine.model.facts import Container, Workload

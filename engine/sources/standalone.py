@@ -35,6 +35,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from engine.cgroups.mounts import CgroupLayout
 from engine.config.errors import Location, PolicyError, Problem
 from engine.config.load import read_file
 from engine.config.schema_check import Locator, inline_refs, validation_problems
@@ -42,7 +43,7 @@ from engine.config.unitcheck import schema_file, unit_problems
 from engine.model.facts import Container, ResctrlInfo, Workload
 from engine.model.units import parse_quantity
 from engine.resources import data_dir
-from engine.sources.cgroupfs import CgroupFS
+from engine.sources.cgroupfs import Translate
 from engine.sources.collector import CollectorOptions, NodeCollector
 
 API_VERSION = "qosd.io/v1alpha1"
@@ -138,7 +139,7 @@ def workloads_validator() -> Draft202012Validator:
     return Draft202012Validator(inline_refs(schema))
 
 
-def load_workloads(path: Path, fs: CgroupFS | None = None) -> StandaloneConfig:
+def load_workloads(path: Path, fs: CgroupLayout | None = None) -> StandaloneConfig:
     """The workloads file at ``path``: one YAML/JSON mapping, schema-checked with located errors;
     with ``fs``, its root and entry paths are checked against that hierarchy too."""
     docs = read_file(path)
@@ -215,7 +216,7 @@ def check_pattern(pattern: str) -> str:
     return pattern
 
 
-def relative_pattern(fs: CgroupFS, pattern: str) -> str:
+def relative_pattern(fs: CgroupLayout, pattern: str) -> str:
     """A root or entry pattern as a cgroup path relative to the root; PatternError when it escapes it.
 
     Absolute patterns may name the controller directory on v1 (/sys/fs/cgroup/cpu/qosd-demo/*)."""
@@ -223,14 +224,13 @@ def relative_pattern(fs: CgroupFS, pattern: str) -> str:
     if not text.startswith("/"):
         return text.strip("/")
     text = text.rstrip("/")
-    bases = [fs.root] if fs.version == 2 else sorted(fs.mounts.values(), key=len, reverse=True)
-    for base in bases:
-        if text.startswith(base + "/"):
-            return text[len(base) + 1 :]
+    below = fs.relative(text)
+    if below:
+        return below
     if fs.version == 1 and text.startswith(fs.root + "/"):
         rest = text[len(fs.root) + 1 :]
         head, _, tail = rest.partition("/")
-        if head in {os.path.basename(m) for m in fs.mounts.values()} or "," in head:
+        if head in {os.path.basename(m) for m in fs.v1.values()} or "," in head:
             if not tail:
                 raise PatternError(f"cgroup pattern {pattern!r} names a controller mount, not cgroups in it")
             return tail
@@ -241,7 +241,7 @@ def relative_pattern(fs: CgroupFS, pattern: str) -> str:
     )
 
 
-def pattern_problems(config: StandaloneConfig, fs: CgroupFS, locate: Locator) -> list[Problem]:
+def pattern_problems(config: StandaloneConfig, fs: CgroupLayout, locate: Locator) -> list[Problem]:
     """Each root and entry path of a workloads file that cannot name cgroups under ``fs``, located
     at its line and column (the schema already refused ``..``; an absolute path needs the root)."""
     out: list[Problem] = []
@@ -348,7 +348,7 @@ def kube_qos(requests: Mapping[str, float], limits: Mapping[str, float]) -> str:
 class StandaloneSource:
     """Workloads from cgroup paths; rescanned every tick, objects reused while a cgroup exists."""
 
-    def __init__(self, fs: CgroupFS, config: StandaloneConfig = StandaloneConfig()) -> None:
+    def __init__(self, fs: CgroupLayout, config: StandaloneConfig = StandaloneConfig()) -> None:
         self.fs = fs
         self.config = config
         self.roots = tuple(tuple(relative_pattern(fs, r).split("/")) for r in config.effective_roots)
@@ -357,7 +357,7 @@ class StandaloneSource:
         if fs.version == 2:
             self.base = fs.root
         else:
-            ctl = next((c for c in ("cpu", "cpuacct", "memory") if c in fs.mounts), "cpu")
+            ctl = next((c for c in ("cpu", "cpuacct", "memory") if c in fs.v1), "cpu")
             self.base = fs.dir("", ctl)
         self._known: dict[str, Workload] = {}
         self._paths: list[str] = []  # what discover() found when _last was made
@@ -426,7 +426,7 @@ class StandaloneSource:
 
 
 def standalone_collector(
-    cgroup_root: Path = Path("/sys/fs/cgroup"),
+    layout: CgroupLayout | None = None,
     workloads_file: Path | None = None,
     roots: Sequence[str] | None = None,
     *,
@@ -435,14 +435,15 @@ def standalone_collector(
     node_name: str | None = None,
     node_labels: Mapping[str, str] | None = None,
     options: CollectorOptions | None = None,
-    observe: Callable[[Mapping[str, Sequence[str]]], Mapping[str, Mapping[str, str]]] | None = None,
+    observe: Translate | None = None,
     resctrl: Callable[[], ResctrlInfo] | None = None,
 ) -> NodeCollector:
     """The node collector of ``qosd run`` without Kubernetes (``roots`` overrides the file's).
 
     A pattern that cannot name cgroups under the root raises: PolicyError, located, for the file's;
-    PatternError for ``roots``. CgroupUnavailable when no hierarchy is mounted at ``cgroup_root``."""
-    fs = CgroupFS.detect(cgroup_root)
+    PatternError for ``roots``. ``layout`` is the hierarchy the cgroup adapter writes through
+    (None: detected under /sys/fs/cgroup; CgroupUnavailable when nothing is mounted there)."""
+    fs = layout if layout is not None else CgroupLayout.detect()
     config = load_workloads(workloads_file, fs) if workloads_file is not None else StandaloneConfig()
     for pattern in roots or ():
         relative_pattern(fs, pattern)

@@ -1,0 +1,1 @@
+"""Per-class cgroup knobs: cpu shares/weight, idle, burst, OOM priority, and the setCgroup action."""

@@ -1,0 +1,126 @@
+"""Class knob specs: a class's ``cpu`` and ``memory`` sections, and the setCgroup action with its checks.
+
+A knob (``Knob``) is kept as written (a literal, ``{shares: N}``, ``{percent: P, of: ...}`` or
+``{expr: ...}``): the class-knob step compiles it per cgroup version, the setCgroup spec here once per
+generation with the policy's cpu.weight formula. ``target`` names one of a class (its pods' cgroups),
+a pool, or a cgroup path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from engine.config.errors import Checker
+from engine.config.load import JsonPath
+from engine.features.class_knobs.knobs import KnobFn, WeightFormula, compile_knob
+from engine.features.memory_qos.spec import MemoryQos
+
+Knob = Any  # a frozen knob as written; compile_knob turns it into a function of (pod, node facts)
+
+KATALYST_DEFAULT_BURST_PERCENT = 100.0  # katalyst qrm cpu util defaultCPUBurstPercent
+
+
+@dataclass(frozen=True)
+class ClassCpu:
+    """A class's ``cpu`` section. ``idle`` is None when the class does not declare it."""
+
+    policy: str | None = None
+    pool: str | None = None
+    requires: tuple[str, ...] = ()
+    idle: bool | None = None
+    shares: Knob = None
+    weight: Knob = None
+    cfs_quota: Knob = None
+    burst: Knob = None
+    burst_policy: str | None = None
+    burst_percent: float = KATALYST_DEFAULT_BURST_PERCENT
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> ClassCpu:
+        return cls(
+            policy=raw.get("policy"),
+            pool=raw.get("pool"),
+            requires=tuple(raw.get("requires") or ()),
+            idle=raw.get("idle"),
+            shares=raw.get("shares"),
+            weight=raw.get("weight"),
+            cfs_quota=raw.get("cfsQuota"),
+            burst=raw.get("burst"),
+            burst_policy=raw.get("burstPolicy"),
+            burst_percent=float(raw.get("burstPercent", KATALYST_DEFAULT_BURST_PERCENT)),
+        )
+
+
+@dataclass(frozen=True)
+class ClassMemory:
+    """A class's ``memory`` section: per-pod memory.min/low/high and the limit, as knobs."""
+
+    min: Knob = None
+    low: Knob = None
+    high: Knob = None
+    limit: Knob = None
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> ClassMemory:
+        return cls(raw.get("min"), raw.get("low"), raw.get("high"), raw.get("limit"))
+
+
+@dataclass(frozen=True)
+class SetCgroupSpec:
+    """``then: {setCgroup: ...}``, compiled once per generation."""
+
+    target: Mapping[str, str]  # as written (one key), shown in provenance
+    class_name: str | None = None
+    pool: str | None = None
+    path: str | None = None
+    values: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # knobs as written
+    knobs: tuple[tuple[str, KnobFn], ...] = field(default=(), compare=False)  # compiled ``values``
+    memory_qos: MemoryQos | None = None
+
+
+def compile_spec(raw: Mapping[str, Any], weight_formula: WeightFormula | None = None) -> SetCgroupSpec:
+    target = raw["target"]
+    values = raw.get("values")
+    qos = raw.get("memoryQos")
+    return SetCgroupSpec(
+        target=MappingProxyType({str(k): str(v) for k, v in target.items()}),
+        class_name=str(target["class"]) if "class" in target else None,
+        pool=str(target["pool"]) if "pool" in target else None,
+        path=str(target["path"]) if "path" in target else None,
+        values=MappingProxyType(dict(values or {})),
+        knobs=tuple(
+            (file, compile_knob(file, knob, weight_formula=weight_formula))
+            for file, knob in (values or {}).items()
+        ),
+        memory_qos=MemoryQos.of(qos) if qos is not None else None,
+    )
+
+
+def check(c: Checker, p: JsonPath, params: Mapping[str, Any]) -> None:
+    """References, the cgroup path, each knob (expressions, literal values the file accepts, values
+    the kernel refuses together), and what needs a class target."""
+    target = params.get("target") or {}
+    if "class" in target:
+        c.ref((*p, "target", "class"), target["class"], c.classes, "class")
+    if "pool" in target:
+        c.ref((*p, "target", "pool"), target["pool"], c.pools, "pool")
+    if "path" in target:
+        c.cgroup_path((*p, "target", "path"), "setCgroup target", target["path"])
+    literals: dict[str, str] = {}
+    for key, knob in (params.get("values") or {}).items():
+        c.knob((*p, "values", key), knob, key, "class" in target)
+        text = c.cgroup_value((*p, "values", key), key, knob)
+        if text is not None:
+            literals[key] = text
+    c.cgroup_combination((*p, "values"), literals, set(params.get("values") or ()))
+    if "values" not in params and "memoryQos" not in params:
+        c.add(p, "setCgroup needs values, memoryQos or both", "e.g. values: {cpu.shares: 2}")
+    if "memoryQos" in params and "class" not in target:
+        c.add(
+            (*p, "memoryQos"),
+            "memoryQos needs target.class: it is sized from each pod's requests and limits",
+            "set target: {class: <name>}, or write literal values under `values`",
+        )

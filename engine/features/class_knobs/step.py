@@ -1,0 +1,703 @@
+"""The class-knob step: what a class declares about CPU and memory becomes cgroup intents for its pods.
+
+Like the pools, a class's knobs are not a rule: ``cpu.shares``/``weight``, ``idle``, ``cfsQuota``,
+``burst``/``burstPolicy``, ``memory.min/low/high/limit`` and ``memoryQos`` hold at all times for
+every active pod of the class, as kubelet's, Katalyst's QRM and koordlet's reconcilers keep them.
+The step runs once per tick after the rules, and a rule's ``setCgroup`` for the same (path, file)
+wins (it was appended first; this step skips the slots rules already took).
+
+Which files, per cgroup version of the node (``Snapshot.cgroup_version``):
+
+=================== ========================= ====================== =============================
+knob                v1                        v2                     unknown (adapter translates)
+=================== ========================= ====================== =============================
+shares / weight     cpu.shares                cpu.weight             cpu.shares
+idle                cpu.idle                  cpu.idle               cpu.idle
+cfsQuota            cpu.cfs_quota_us          cpu.max                cpu.cfs_quota_us
+burst               cpu.cfs_burst_us          cpu.max.burst          cpu.cfs_burst_us
+memory.limit        memory.limit_in_bytes     memory.max             memory.max
+memory.min/low/high (not written)             memory.min/low/high    memory.min/low/high
+=================== ========================= ====================== =============================
+
+Share counts become weights by the policy's ``spec.cgroup.weightFormula``. On cgroup v1, memory.min,
+memory.low and memory.high exist only in Alibaba Cloud Linux kernels; koordlet writes them where
+its "is the file there" check passes, and qosd, which has no fact telling such a kernel apart,
+leaves memory QoS alone on v1 nodes with one ``skipped`` note per class or rule and tick.
+
+While a group is idle (cpu.idle 1) the kernel pins its weight to the minimum and refuses
+cpu.shares/cpu.weight writes with EINVAL (verified on 6.x: shares read back as 3), so a class with
+``idle: true`` writes no shares or weight: they would fail every tick. The planner orders the two
+files when both change (engine/plan/cgroups.py).
+
+Where a knob reads more than the pod and its container (an expression; node allocatable; the
+container's current CFS quota for Katalyst's static burst), that input is part of the cache key or
+the knob is evaluated every tick; everything else is computed once per pod object per generation.
+
+Memory QoS is Koordinator's CgroupReconcile (features/memory_qos/strategy.py): pod-level memory.min/low
+from the pod's request, container-level min/low/high from each container's request and limit, and
+the kube-QoS directories (kubepods, its burstable and besteffort children) get the sums of their
+pods' terms, because on cgroup v2 a child's protection is bounded by its parent's. A ``setCgroup``
+with ``memoryQos`` only records its ask (``Tick.memory_qos``), like ``setResctrl``: the sums need
+every pod's configuration at once. A rule's ask replaces its class's ``memoryQos`` for the pods of
+that class.
+
+Each pod's OOM priority (Katalyst's oom_priority, aligned to the class band by the classifier) is
+reported as ``PodOomPriority`` on the evaluation: Katalyst writes it to a pinned BPF map that qosd
+has no writer for, so it is a per-workload result, not an intent the planner would have to hold
+back every tick.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, cast, get_args
+
+from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA, WeightFormula, weight_to_shares
+from engine.config.policy import Policy, QoSClass
+from engine.config.render import RenderError
+from engine.evaluate.classify import Classified, Classifier
+from engine.evaluate.context import Skipped, Tick
+from engine.evaluate.factview import ACTIVE_PHASES, FactViews, same_workloads
+from engine.features.class_knobs.knobs import (
+    IGNORE_OOM_PRIORITY,
+    PERIOD_US,
+    KatalystBurstPolicy,
+    KnobFn,
+    burst_file,
+    compile_knob,
+    cores_to_milli,
+    cpu_idle_value,
+    katalyst_burst_us,
+    milli_cpu_to_quota,
+)
+from engine.features.memory_qos.spec import MemoryQos
+from engine.features.memory_qos.strategy import (
+    PodMemoryInput,
+    container_memory_qos,
+    kube_qos_memory_qos,
+    pod_memory_qos,
+)
+from engine.model.facts import Container, Snapshot, Workload
+from engine.model.intents import CgroupIntent, Provenance
+from engine.model.units import int_or_none
+
+RULE = "classes"  # the provenance name of class-declared knobs (not a rule the policy can name)
+
+V2_ONLY_MEMORY = frozenset({"memory.min", "memory.low", "memory.high"})
+
+# Pod cgroups as the kubelet names them (cgroupfs: pod<uid>; systemd: kubepods[-<qos>]-pod<uid>.slice).
+_POD_DIR = re.compile(r"^(pod[\w-]+|kubepods(-[a-z]+)?-pod[\w]+\.slice)$")
+_QOS_DIR = {"Burstable": "burstable", "BestEffort": "besteffort"}
+
+
+# ---------------------------------------------------------------- memory QoS configuration
+
+
+@dataclass(frozen=True)
+class MemoryQosAsk:
+    """One ``setCgroup`` with ``memoryQos`` of a rule that matched this tick."""
+
+    rule: str
+    class_name: str
+    qos: MemoryQos
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class PodOomPriority:
+    """A pod's OOM priority as Katalyst would put it in its BPF map (-300: left out, "ignore")."""
+
+    uid: str
+    pod: str
+    class_name: str
+    value: int
+    source: str  # "class default" or "enhancement <name>"
+
+    @property
+    def ignored(self) -> bool:
+        return self.value == IGNORE_OOM_PRIORITY
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "uid": self.uid,
+            "pod": self.pod,
+            "class": self.class_name,
+            "value": self.value,
+            "source": self.source,
+        }
+        if self.ignored:
+            out["ignored"] = True
+        return out
+
+
+def kube_qos_dirs(w: Workload) -> tuple[str, str] | None:
+    """(the pod's kube-QoS directory, the kubepods root) from its cgroup path, or None when the path
+    is not one the kubelet made (standalone cgroups, tests): sums go only where pods are known to
+    nest. Guaranteed pods sit directly under the root, which is also their QoS directory."""
+    parent, _, base = w.cgroup_path.strip("/").rpartition("/")
+    if not parent or not _POD_DIR.match(base):
+        return None
+    if w.kube_qos == "Guaranteed":
+        return parent, parent
+    root, _, qos = parent.rpartition("/")
+    want = _QOS_DIR.get(w.kube_qos)
+    if not root or want is None or not (qos == want or qos.endswith(f"-{want}.slice")):
+        return None
+    return parent, root
+
+
+# ---------------------------------------------------------------- compiled class plans
+
+
+def _normalise(file: str, fn: KnobFn) -> KnobFn:
+    """A limit knob's text as the adapter reads the file back, so that a steady state compares
+    equal and v1 gets the "-1" it accepts: "-1" for no limit in cpu.cfs_quota_us and
+    memory.limit_in_bytes, "max" in memory.max, "<quota|max> 100000" in cpu.max."""
+    if file not in ("cpu.max", "cpu.cfs_quota_us", "memory.max", "memory.limit_in_bytes"):
+        return fn
+
+    def normalised(w: Workload | None, node: Mapping[str, Any]) -> str | None:
+        text = fn(w, node)
+        if text is None:
+            return None
+        parts = text.split()
+        unlimited = not parts or parts[0] in ("max", "-1")
+        if file == "cpu.max":
+            if unlimited:
+                return f"max {PERIOD_US}"
+            return text if len(parts) > 1 else f"{parts[0]} {PERIOD_US}"
+        if file == "memory.max":
+            return "max" if unlimited else text
+        return "-1" if unlimited else text
+
+    return normalised
+
+
+def _share_knob(file: str, key: str, knob: Any, formula: WeightFormula) -> KnobFn:
+    """``shares`` or ``weight`` of a class for ``file`` (cpu.shares or cpu.weight). A literal is a
+    share count for ``shares`` and a weight for ``weight``, converted when the file is the other
+    one; percents and expressions are cores either way (kubelet's 1024 shares per core)."""
+    if isinstance(knob, int | float) and not isinstance(knob, bool):
+        if key == "shares":
+            return compile_knob(file, {"shares": int(knob)}, weight_formula=formula)
+        if file == "cpu.shares":
+            text = str(weight_to_shares(int(knob), formula))
+            return lambda _w, _n: text
+    return compile_knob(file, knob, weight_formula=formula)
+
+
+@dataclass(frozen=True)
+class _ClassPlan:
+    """One class's knobs compiled for one cgroup version."""
+
+    cls: QoSClass
+    pod_knobs: tuple[tuple[str, KnobFn], ...]
+    container_knobs: tuple[tuple[str, KnobFn], ...]
+    burst_file: str
+    burst_policy: str | None
+    burst_percent: float
+    memory_qos: MemoryQos | None
+    v1_memory_skipped: tuple[str, ...]  # memory files the class declares that v1 cannot take
+    dynamic: bool  # an expression knob: evaluate every tick
+    reads_allocatable: bool
+    inputs: Mapping[str, Any]
+
+
+def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) -> _ClassPlan:
+    cpu, memory = cls.cpu, cls.memory
+    pod: list[tuple[str, KnobFn]] = []
+    ctr: list[tuple[str, KnobFn]] = []
+    inputs: dict[str, Any] = {"class": cls.name, "cgroupVersion": version if version else "unknown"}
+    knobs_seen: list[Any] = []
+    if cpu.idle is not None:
+        pod.append(("cpu.idle", _const(cpu_idle_value(cpu.idle))))
+    share_key, share = ("shares", cpu.shares) if cpu.shares is not None else ("weight", cpu.weight)
+    if share is not None:
+        if cpu.idle is True:
+            inputs["shares"] = "not written: an idle group's weight is fixed by the kernel (cpu.idle 1)"
+        else:
+            file = "cpu.weight" if version == 2 else "cpu.shares"
+            pod.append((file, _share_knob(file, share_key, share, formula)))
+            knobs_seen.append(share)
+            if file == "cpu.weight" or share_key == "weight":
+                inputs["weightFormula"] = formula
+    if cpu.cfs_quota is not None:
+        file = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
+        fn = _normalise(file, compile_knob(file, cpu.cfs_quota, weight_formula=formula))
+        pod.append((file, fn))
+        ctr.append((file, fn))
+        knobs_seen.append(cpu.cfs_quota)
+    bfile = burst_file(version if version in (1, 2) else 1)
+    policy = cpu.burst_policy
+    if cpu.burst is not None and policy is None:
+        fn = compile_knob(bfile, cpu.burst, weight_formula=formula)
+        pod.append((bfile, fn))
+        ctr.append((bfile, fn))
+        knobs_seen.append(cpu.burst)
+    limit_file = "memory.limit_in_bytes" if version == 1 else "memory.max"
+    skipped: list[str] = []
+    for knob, file in (
+        (memory.min, "memory.min"),
+        (memory.low, "memory.low"),
+        (memory.high, "memory.high"),
+        (memory.limit, limit_file),
+    ):
+        if knob is None:
+            continue
+        if version == 1 and file in V2_ONLY_MEMORY:
+            skipped.append(file)
+            continue
+        pod.append((file, _normalise(file, compile_knob(file, knob, weight_formula=formula))))
+        knobs_seen.append(knob)
+    qos = cls.memory_qos
+    dynamic = any(isinstance(k, Mapping) and "expr" in k for k in knobs_seen)
+    reads_alloc = any(isinstance(k, Mapping) and k.get("of") == "allocatable" for k in knobs_seen)
+    reads_alloc |= qos is not None and bool(qos.percents.throttling_percent)
+    return _ClassPlan(
+        cls=cls,
+        pod_knobs=tuple(pod),
+        container_knobs=tuple(ctr),
+        burst_file=bfile,
+        burst_policy=policy,
+        burst_percent=cpu.burst_percent,
+        memory_qos=qos,
+        v1_memory_skipped=tuple(skipped),
+        dynamic=dynamic,
+        reads_allocatable=reads_alloc,
+        inputs=MappingProxyType(inputs),
+    )
+
+
+def _const(text: str) -> KnobFn:
+    return lambda _w, _n: text
+
+
+def _container_view(w: Workload, c: Container) -> Workload:
+    """The pod as if ``c`` were its only container, so percent knobs size a container's own cgroup."""
+    return Workload(
+        uid=w.uid,
+        name=w.name,
+        namespace=w.namespace,
+        labels=w.labels,
+        annotations=w.annotations,
+        priority=w.priority,
+        kube_qos=w.kube_qos,
+        cgroup_path=c.cgroup_path,
+        containers=(c,),
+    )
+
+
+def _app_containers(w: Workload) -> Iterable[Container]:
+    return (c for c in w.containers if not c.init and c.cgroup_path)
+
+
+# ---------------------------------------------------------------- per-pod results
+
+
+@dataclass(frozen=True)
+class _PodResult:
+    """What one pod gets from its class this tick; cached while its inputs stay the same."""
+
+    intents: tuple[CgroupIntent, ...]
+    notes: tuple[Skipped, ...]
+    qos_input: tuple[PodMemoryInput, str, str, str] | None  # input, QoS dir, root, source
+    oom: PodOomPriority | None
+
+
+@dataclass
+class _Memo:
+    """A pod's last result. ``stable``: it depends on nothing but the pod object, its class and the
+    cgroup version (no expression, allocatable, observed quota or rule ask), so the next tick may
+    reuse it without classifying the pod again."""
+
+    workload: Workload
+    key: tuple[Any, ...]
+    result: _PodResult
+    class_name: str
+    stable: bool
+
+
+@dataclass(frozen=True)
+class _RunMemo:
+    """A whole tick's class-knob output when every pod's result was stable and no rule asked for
+    memory QoS: the next tick with the same workload objects and cgroup version reuses it as is."""
+
+    workloads: tuple[Workload, ...]
+    version: int | None
+    intents: tuple[CgroupIntent, ...]
+    notes: tuple[Skipped, ...]
+    ooms: tuple[PodOomPriority, ...]
+
+
+class ClassKnobStep:
+    """The class knobs of one policy generation, compiled per cgroup version on first use."""
+
+    def __init__(self, policy: Policy, classifier: Classifier, generation: int):
+        self.policy = policy
+        self.classifier = classifier
+        self.generation = generation
+        self.formula: WeightFormula = policy.weight_formula or DEFAULT_WEIGHT_FORMULA
+        self._plans: dict[tuple[str, int | None], _ClassPlan] = {}
+        self._memo: dict[int, _Memo] = {}
+        self._run_memo: _RunMemo | None = None
+        self._qos_key: tuple[Any, ...] | None = None  # the kube-QoS sums of the last tick, and their inputs
+        self._qos_intents: list[CgroupIntent] = []
+        self._oom_sources = tuple(e.name for e in policy.enhancements if e.effect == "oomPriority")
+
+    def plan(self, cls: QoSClass, version: int | None) -> _ClassPlan:
+        key = (cls.name, version)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _compile_plan(cls, version, self.formula)
+        return plan
+
+    def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        """Nothing: class knobs hold after the rules, so a rule's setCgroup of the same file wins."""
+
+    def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        t.oom_priorities = self.run(snap, views.node, t)
+
+    def run(self, snap: Snapshot, node: Mapping[str, Any], t: Tick) -> tuple[PodOomPriority, ...]:
+        """Append this tick's class-knob intents and notes; return every active pod's OOM priority."""
+        version = snap.cgroup_version if snap.cgroup_version in (1, 2) else None
+        taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
+        whole = self._run_memo
+        if (
+            whole is not None
+            and not t.memory_qos
+            and whole.version == version
+            and same_workloads(whole.workloads, snap.workloads)
+        ):
+            t.intents.extend(i for i in whole.intents if (i.path, i.file) not in taken)
+            t.skipped.extend(whole.notes)
+            return whole.ooms
+        asks: dict[str, MemoryQosAsk] = {}
+        for ask in t.memory_qos:
+            asks.setdefault(ask.class_name, ask)
+        alloc = _allocatable_memory(snap, node)
+        memo: dict[int, _Memo] = {}
+        ooms: list[PodOomPriority] = []
+        notes: dict[str, Skipped] = {}
+        qos_inputs: list[tuple[PodMemoryInput, str, str, str]] = []
+        produced: list[CgroupIntent] = []
+        stable = not asks
+        classify = self.classifier.classify
+        index = self.policy.class_index
+        previous = self._memo
+        for w in snap.workloads:
+            if w.phase not in ACTIVE_PHASES:
+                continue
+            old = previous.get(id(w))
+            if (
+                old is not None
+                and old.workload is w
+                and old.stable
+                and old.key[0] == version
+                and old.class_name not in asks
+            ):
+                memo[id(w)] = old
+                result = old.result
+            else:
+                c = classify(w)
+                cls = index.get(c.class_name) if c.class_name else None
+                if cls is None:
+                    continue
+                result = self._pod(w, c, cls, version, asks.get(cls.name), snap, node, alloc, memo)
+                stable = stable and memo[id(w)].stable
+            produced.extend(result.intents)
+            for note in result.notes:
+                notes.setdefault(note.reason, note)
+            if result.qos_input is not None:
+                qos_inputs.append(result.qos_input)
+            if result.oom is not None:
+                ooms.append(result.oom)
+        self._memo = memo
+        t.skipped.extend(notes.values())
+        if qos_inputs:
+            key = (tuple(qos_inputs), version)
+            if key != self._qos_key:
+                self._qos_key, self._qos_intents = key, self._qos_dirs(qos_inputs, version)
+            produced.extend(self._qos_intents)
+        t.intents.extend(i for i in produced if (i.path, i.file) not in taken)
+        out = tuple(ooms)
+        self._run_memo = (
+            _RunMemo(snap.workloads, version, tuple(produced), tuple(notes.values()), out) if stable else None
+        )
+        return out
+
+    # ---------------------------------------------------------------- one pod
+
+    def _pod(
+        self,
+        w: Workload,
+        c: Classified,
+        cls: QoSClass,
+        version: int | None,
+        ask: MemoryQosAsk | None,
+        snap: Snapshot,
+        node: Mapping[str, Any],
+        alloc: int,
+        memo: dict[int, _Memo],
+    ) -> _PodResult:
+        plan = self.plan(cls, version)
+        policy = c.effects.get("cpu.burstPolicy") or plan.burst_policy
+        quotas = self._observed_quotas(w, snap, version) if policy == "static" else ()
+        key = (
+            version,
+            ask,
+            alloc if plan.reads_allocatable or ask is not None else None,
+            _node_allocatable(plan, node),
+            quotas,
+        )
+        old = self._memo.get(id(w))
+        if old is not None and old.workload is w and old.key == key and not plan.dynamic:
+            memo[id(w)] = old
+            return old.result
+        result = self._compute(w, c, plan, policy, version, ask, node, alloc, quotas)
+        stable = not (plan.dynamic or plan.reads_allocatable or quotas or ask is not None)
+        memo[id(w)] = _Memo(w, key, result, cls.name, stable)
+        return result
+
+    def _compute(
+        self,
+        w: Workload,
+        c: Classified,
+        plan: _ClassPlan,
+        burst_policy: str | None,
+        version: int | None,
+        ask: MemoryQosAsk | None,
+        node: Mapping[str, Any],
+        alloc: int,
+        quotas: tuple[str | None, ...],
+    ) -> _PodResult:
+        intents: list[CgroupIntent] = []
+        notes: list[Skipped] = []
+        prov = self._provenance(plan, w)
+
+        def emit(path: str, knobs: Iterable[tuple[str, KnobFn]], view: Workload, p: Provenance) -> None:
+            for file, fn in knobs:
+                if burst_policy is not None and file == plan.burst_file:
+                    continue  # the pod's Katalyst burst policy replaces the class's burst knob
+                try:
+                    value = fn(view, node)
+                except RenderError as exc:
+                    notes.append(Skipped(RULE, f"class {plan.cls.name}: {path}/{file}: {exc.message}"))
+                    continue
+                if value is not None:
+                    intents.append(CgroupIntent(path, file, value, w.key, p))
+
+        if w.cgroup_path:
+            emit(w.cgroup_path, plan.pod_knobs, w, prov)
+        containers = list(_app_containers(w))
+        if plan.container_knobs:
+            for ctr in containers:
+                emit(ctr.cgroup_path, plan.container_knobs, _container_view(w, ctr), prov)
+        if burst_policy is not None:
+            intents.extend(self._katalyst_burst(w, c, plan, burst_policy, containers, quotas, prov))
+        if plan.v1_memory_skipped:
+            notes.append(_v1_note(f"class {plan.cls.name}", plan.v1_memory_skipped))
+        qos_input = None
+        if ask is not None or plan.memory_qos is not None:
+            qos_input = self._memory_qos(w, plan, ask, version, alloc, containers, intents, notes)
+        return _PodResult(tuple(intents), tuple(notes), qos_input, self._oom(w, c, plan.cls))
+
+    def _provenance(self, plan: _ClassPlan, w: Workload, **extra: Any) -> Provenance:
+        return Provenance(
+            rule=RULE,
+            policy_hash=self.policy.hash,
+            generation=self.generation,
+            source=str(plan.cls.origin),
+            mode=self.policy.mode,
+            item=w.key,
+            conditions=(),
+            inputs=MappingProxyType({**plan.inputs, **extra}),
+        )
+
+    # ---------------------------------------------------------------- CPU burst (Katalyst)
+
+    @staticmethod
+    def _observed_quotas(w: Workload, snap: Snapshot, version: int | None) -> tuple[str | None, ...]:
+        """Each app container's current CFS quota as observed: Katalyst bursts over the quota the
+        cgroup holds, whoever set it."""
+        out: list[str | None] = []
+        for ctr in _app_containers(w):
+            files = snap.cgroups.get(ctr.cgroup_path) or {}
+            text = files.get("cpu.cfs_quota_us") if version != 2 else None
+            if text is None and "cpu.max" in files:
+                head = files["cpu.max"].split()
+                text = "-1" if not head or head[0] == "max" else head[0]
+            out.append(text)
+        return tuple(out)
+
+    def _katalyst_burst(
+        self,
+        w: Workload,
+        c: Classified,
+        plan: _ClassPlan,
+        policy: str,
+        containers: list[Container],
+        quotas: tuple[str | None, ...],
+        prov: Provenance,
+    ) -> list[CgroupIntent]:
+        """Katalyst's cpu burst manager: per app container, from its CFS quota (observed, else the
+        kubelet's quota for its CPU limit); closed writes 0, static quota x percent / 100, default
+        and dynamic leave the file alone."""
+        if policy not in get_args(KatalystBurstPolicy):
+            return []  # an enhancement's value list admits only Katalyst's four policies
+        percent = float(c.effects.get("cpu.burstPercent", plan.burst_percent))
+        out: list[CgroupIntent] = []
+        for i, ctr in enumerate(containers):
+            observed = quotas[i] if i < len(quotas) else None
+            quota = int_or_none(observed)
+            if quota is None:
+                limit = ctr.limits.get("cpu")
+                quota = milli_cpu_to_quota(cores_to_milli(limit)) if limit else -1
+            value = katalyst_burst_us(quota, percent, cast(KatalystBurstPolicy, policy))
+            if value is None:
+                continue
+            inputs = {"burstPolicy": policy, "container": ctr.name, "quotaUs": quota}
+            if policy == "static":
+                inputs["burstPercent"] = percent
+            p = replace(prov, inputs=MappingProxyType({**prov.inputs, **inputs}))
+            out.append(CgroupIntent(ctr.cgroup_path, plan.burst_file, str(value), w.key, p))
+        return out
+
+    # ---------------------------------------------------------------- memory QoS (Koordinator)
+
+    def _memory_qos(
+        self,
+        w: Workload,
+        plan: _ClassPlan,
+        ask: MemoryQosAsk | None,
+        version: int | None,
+        alloc: int,
+        containers: list[Container],
+        intents: list[CgroupIntent],
+        notes: list[Skipped],
+    ) -> tuple[PodMemoryInput, str, str, str] | None:
+        qos = ask.qos if ask is not None else plan.memory_qos
+        assert qos is not None
+        who = f"rule {ask.rule}" if ask is not None else f"class {plan.cls.name}"
+        if version == 1:
+            notes.append(_v1_note(who, ("memoryQos",), ask.rule if ask is not None else RULE))
+            return None
+
+        def provenance(**extra: Any) -> Provenance:
+            if ask is None:
+                return self._provenance(plan, w, **extra)
+            base = ask.provenance
+            return replace(base, item=w.key, inputs=MappingProxyType({**base.inputs, **extra}))
+
+        res = qos.resource
+        try:
+            request = int(w.request(res))
+            pod = pod_memory_qos(request, qos.percents)
+            per_ctr = [
+                (
+                    ctr,
+                    container_memory_qos(
+                        _bytes(ctr.requests.get(res)), _bytes(ctr.limits.get(res)), alloc, qos.percents
+                    ),
+                )
+                for ctr in containers
+            ]
+        except (ValueError, TypeError) as exc:
+            notes.append(
+                Skipped(ask.rule if ask else RULE, f"{who}: memory QoS of {w.key} not computed: {exc}")
+            )
+            return None
+        if w.cgroup_path:
+            p = provenance(memoryQos=list(pod.steps), request=request, resource=res)
+            for file, value in (*pod.files().items(), *qos.files):
+                intents.append(CgroupIntent(w.cgroup_path, file, value, w.key, p))
+        for ctr, prot in per_ctr:
+            p = provenance(memoryQos=list(prot.steps), container=ctr.name, resource=res)
+            for file, value in (*prot.files().items(), *qos.files):
+                intents.append(CgroupIntent(ctr.cgroup_path, file, value, w.key, p))
+        dirs = kube_qos_dirs(w)
+        if dirs is None or w.kube_qos not in ("Guaranteed", "Burstable", "BestEffort"):
+            return None
+        return PodMemoryInput(w.kube_qos, request, qos.percents), dirs[0], dirs[1], who
+
+    def _qos_dirs(
+        self, inputs: list[tuple[PodMemoryInput, str, str, str]], version: int | None
+    ) -> list[CgroupIntent]:
+        """memory.min/low of the kube-QoS directories: the sums of their pods' terms."""
+        dirs: dict[str, str] = {}
+        root = ""
+        sources: list[str] = []
+        for pod, qos_dir, pod_root, who in inputs:
+            dirs.setdefault(pod.kube_qos, qos_dir)
+            root = root or pod_root
+            if who not in sources:
+                sources.append(who)
+        dirs["Guaranteed"] = root
+        sums = kube_qos_memory_qos(p for p, *_ in inputs)
+        counts = {q: sum(1 for p, *_ in inputs if p.kube_qos == q) for q in dirs}
+        out: list[CgroupIntent] = []
+        for qos, prot in sums.items():
+            path = dirs.get(qos)
+            if not path:
+                continue
+            inputs_ = {
+                "kubeQoS": qos,
+                "pods": len(inputs) if qos == "Guaranteed" else counts.get(qos, 0),
+                "sources": sources,
+                "memoryQos": list(prot.steps),
+                "cgroupVersion": version if version else "unknown",
+            }
+            prov = Provenance(
+                rule=RULE,
+                policy_hash=self.policy.hash,
+                generation=self.generation,
+                source="kube-QoS directories (sum of the pods' memoryQos terms)",
+                mode=self.policy.mode,
+                item=path,
+                conditions=(),
+                inputs=MappingProxyType(inputs_),
+            )
+            for file, value in prot.files().items():
+                out.append(CgroupIntent(path, file, value, None, prov))
+        return out
+
+    # ---------------------------------------------------------------- OOM priority
+
+    def _oom(self, w: Workload, c: Classified, cls: QoSClass) -> PodOomPriority | None:
+        value = c.effects.get("oomPriority")
+        if value is not None:
+            name = next((n for n in self._oom_sources if n in c.enhancements), "oomPriority")
+            return PodOomPriority(w.uid, w.key, cls.name, int(value), f"enhancement {name}")
+        if cls.oom_priority.default is None:
+            return None
+        return PodOomPriority(w.uid, w.key, cls.name, cls.oom_priority.default, "class default")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _v1_note(who: str, files: tuple[str, ...], rule: str = RULE) -> Skipped:
+    return Skipped(
+        rule,
+        f"{who}: {', '.join(files)} not written on this cgroup v1 node: memory.min, memory.low and "
+        "memory.high exist only on cgroup v2 (and Alibaba Cloud Linux v1 kernels, which qosd cannot "
+        "tell apart)",
+    )
+
+
+def _allocatable_memory(snap: Snapshot, node: Mapping[str, Any]) -> int:
+    """Node allocatable memory, which Koordinator's memory.high falls back to without a limit."""
+    value = snap.allocatable.get("memory") or node.get("memory.allocatable_bytes") or snap.node.memory
+    return int(value or 0)
+
+
+def _node_allocatable(plan: _ClassPlan, node: Mapping[str, Any]) -> Any:
+    if not plan.reads_allocatable:
+        return None
+    return (node.get("memory.allocatable_bytes"), node.get("cpu.allocatable_cores"))
+
+
+def _bytes(value: float | None) -> int | None:
+    return None if value is None else int(value)

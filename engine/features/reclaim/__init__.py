@@ -1,0 +1,1 @@
+"""Reclaimed resources: batch resource reports, headroom estimates and the publish gate."""

@@ -1,0 +1,190 @@
+"""publish: reclaimable capacity of one resource under its extended-resource name.
+
+The policy of ``spec.reclaim.<resource>`` picks the formula: Koordinator's batch resources
+(usage / request / maxUsageRequest, from pod requests and usage) or Katalyst's headroom (from the
+estimated needs of non-reclaimed containers). Both go through the same report smoothing and
+floors, and the intent carries every term of the computation as provenance inputs.
+
+With ``spec.reclaim.enabled: false`` the headroom policy publishes 0, as Katalyst's reporter does,
+and Koordinator's policies withdraw the resource, as Koordinator resets batch resources when
+colocation is disabled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from engine.config.policy import Policy, ReclaimResource
+from engine.evaluate.context import ActionContext
+from engine.evaluate.factview import ACTIVE_PHASES
+from engine.features.reclaim.headroom import DEDICATED_CORES, RECLAIMED_CORES, SHARED_CORES, SYSTEM_CORES
+from engine.features.reclaim.spec import PublishSpec
+from engine.features.reclaim.strategy import (
+    Demand,
+    PodUse,
+    Reclaimable,
+    ReportHistory,
+    headroom_reclaimable,
+    reclaimable,
+    report,
+)
+from engine.model.facts import EMPTY
+from engine.model.intents import NodeIntent
+
+USE_FACTS = {
+    "cpu": ("cpu.usage_cores", "cpu.request_cores"),
+    "memory": ("memory.usage_bytes", "memory.request_bytes"),
+}
+
+# A class's cpu policy says which Katalyst QoS level its containers are estimated as.
+LEVELS = {
+    "exclusive": DEDICATED_CORES,
+    "shared": SHARED_CORES,
+    "system": SYSTEM_CORES,
+    "reclaimed": RECLAIMED_CORES,
+}
+
+
+def pod_uses(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[PodUse]:
+    """Each active pod's request and usage and whether it is high priority (not reclaimed), then
+    the pod metrics that belong to no active pod (Koordinator's dangling pods: HP unless the pod
+    is known and reclaimed)."""
+    usage_key, request_key = USE_FACTS[resource]
+    reclaimed = ctx.env.reclaimed_classes
+    out = []
+    listed: set[str] = set()
+    for w in ctx.snap.workloads:
+        if w.phase not in ACTIVE_PHASES:
+            continue
+        listed.add(w.uid)
+        facts = ctx.views.pod(w)
+        usage = facts.get(usage_key)
+        cls = facts.get("class")
+        out.append(
+            PodUse(
+                float(facts.get(request_key, 0.0)),
+                None if usage is None else float(usage),
+                cls not in reclaimed,
+                cls in spec.request_as_usage,
+            )
+        )
+    known = {w.uid: w for w in ctx.snap.workloads}
+    classify = ctx.env.classifier.classify
+    for uid, measured in ctx.snap.metrics.pods.items():
+        usage = measured.get(usage_key)
+        if uid in listed or usage is None:
+            continue
+        owner = known.get(uid)
+        high = owner is None or classify(owner).class_name not in reclaimed
+        out.append(PodUse(0.0, float(usage), high, listed=False))
+    return out
+
+
+def class_levels(policy: Policy) -> dict[str, str]:
+    return {c.name: LEVELS.get(c.cpu_policy or "", SHARED_CORES) for c in policy.classes}
+
+
+def _demand(level: str, resource: str, request: float, facts: Mapping[str, Any]) -> Demand:
+    if resource == "cpu":
+        usage = facts.get("cpu.usage_cores")
+        return Demand(level, request, usage=None if usage is None else float(usage))
+    rss, cache, shmem = (facts.get(f"memory.{k}_bytes") for k in ("rss", "cache", "shmem"))
+    if rss is None and cache is None and shmem is None:
+        # A collector that reports only usage: it stands in for rss + cache + shmem.
+        rss = facts.get("memory.usage_bytes")
+    return Demand(level, request, rss=rss, cache=cache, shmem=shmem)
+
+
+def demands(ctx: ActionContext, resource: str) -> tuple[list[Demand], float]:
+    """The non-reclaimed containers of active pods as the headroom estimate sees them, and the
+    CPU cores reclaimed pods use. Containers are estimated one by one (Katalyst's fallbacks are per
+    container) unless the collector reports the pod only as a whole."""
+    levels = class_levels(ctx.env.policy)
+    name = "cpu" if resource == "cpu" else "memory"
+    out: list[Demand] = []
+    reclaimed_usage = 0.0
+    metrics = ctx.snap.metrics
+    for w in ctx.snap.workloads:
+        if w.phase not in ACTIVE_PHASES:
+            continue
+        pod = ctx.views.pod(w)
+        cls = pod.get("class")
+        level = levels.get(cls, SHARED_CORES) if cls is not None else SHARED_CORES
+        if level == RECLAIMED_CORES:
+            reclaimed_usage += float(pod.get("cpu.usage_cores", 0.0))
+            continue
+        containers = [c for c in w.containers if not c.init]
+        measured = [metrics.containers.get(f"{w.uid}/{c.name}") for c in containers]
+        if not any(measured) and metrics.pods.get(w.uid):
+            out.append(_demand(level, resource, w.request(name), pod))
+        elif containers:
+            out.extend(
+                _demand(level, resource, c.requests.get(name, 0.0), m or EMPTY)
+                for c, m in zip(containers, measured, strict=True)
+            )
+        else:
+            out.append(_demand(level, resource, 0.0, EMPTY))
+    return out, reclaimed_usage
+
+
+def reserve_cpus(ctx: ActionContext) -> int | None:
+    """CPUs of this tick's reserve pools (Katalyst's reserve pool is not available to any pod), or
+    None when the policy has no reserve pool."""
+    plan = ctx.tick.pool_plan
+    if plan is None:
+        return None
+    kinds = ctx.env.policy.pool_index
+    pools = [cpus for name, cpus in plan.pools.items() if name in kinds and kinds[name].kind == "reserve"]
+    return len(frozenset().union(*pools)) if pools else None
+
+
+def publish(ctx: ActionContext) -> bool:
+    resource = ctx.spec_as(PublishSpec).resource
+    reclaim = ctx.env.policy.reclaim
+    spec = reclaim.cpu if resource == "cpu" else reclaim.memory
+    if spec is None or not spec.publish_as:
+        return False
+    t = ctx.tick
+    history = t.reports.get(spec.publish_as, ReportHistory())
+    node = ctx.views.node
+    age = node.get("reclaim.metrics_age_seconds")
+    if not reclaim.enabled:
+        value = 0.0 if spec.policy == "headroom" else None
+        result = Reclaimable(resource, value, "reclaim is disabled (spec.reclaim.enabled: false)", {})
+    elif spec.policy == "headroom":
+        found, reclaimed_usage = demands(ctx, resource)
+        scale = float(
+            node.get("memory.watermark_scale_factor", ctx.env.policy.pressure.watermark_scale_factor)
+        )
+        result = headroom_reclaimable(
+            resource,
+            spec,
+            node,
+            found,
+            age,
+            reclaim.degrade_after,
+            reclaimed_usage,
+            history.reported,
+            scale,
+            reserve_cpus(ctx),
+        )
+    else:
+        result = reclaimable(resource, spec, node, pod_uses(ctx, resource, spec), age, reclaim.degrade_after)
+    value = result.value
+    formula = result.formula
+    if value is None or not reclaim.enabled:
+        t.reports.pop(spec.publish_as, None)  # withdrawn or disabled: smoothing starts afresh
+    else:
+        value, t.reports[spec.publish_as], steps = report(value, spec, history, t.now)
+        formula = "; ".join([formula, *steps])
+    params_out = {
+        "resource": spec.publish_as,
+        "reclaims": resource,
+        "value": value,
+        "unit": "cores" if resource == "cpu" else "bytes",
+        "formula": formula,
+    }
+    t.intents.append(NodeIntent("publish", MappingProxyType(params_out), ctx.first_provenance(result.inputs)))
+    return True

@@ -1,0 +1,3 @@
+"""Resource control (RDT): L3 cache ways and memory bandwidth per group, planned against the node's
+CLOSIDs.
+"""

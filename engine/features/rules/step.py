@@ -1,0 +1,209 @@
+"""The rules step: every rule's conditions, timing and actions, between the before- and after-rules steps.
+
+Per rule it evaluates the compiled condition for each item of the rule's scope (the node, each NUMA
+node, pod or container), applies ``for`` (sustain), ``clearWhen`` and hysteresis (latches),
+``cooldown`` and rate limits, then runs the rule's actions. The timers are this step's own state
+(:class:`RuleTimers`); the other steps see only what the actions leave in the shared ``Tick``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import compress, islice
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from engine.config.policy import Policy, Rule
+from engine.evaluate.context import ActionContext, Generation, Match, Skipped, Tick
+from engine.evaluate.factview import FactViews, ScopeItems
+from engine.evaluate.handlers import HANDLERS
+from engine.evaluate.state import EngineState, item_key
+from engine.features.eviction.spec import EvictSpec
+from engine.features.rules.compiler import Call, CompiledRule, PythonBackend, compile_rules, fact_key
+from engine.features.rules.conditions import comparisons
+from engine.model.facts import Snapshot
+
+
+class Backend(Protocol):
+    """Evaluates batches of compiled conditions: in-process Python, or durable-rules in a worker."""
+
+    name: str
+
+    def evaluate_many(
+        self, node: Mapping[str, Any], classes: Mapping[str, Any], calls: list[Call]
+    ) -> list[bool]: ...
+
+    def close(self) -> None: ...
+
+
+def make_backend(name: str, policy: Policy, rules: tuple[CompiledRule, ...]) -> Backend:
+    if name == "python":
+        return PythonBackend(rules)
+    if name == "durable":
+        # Imported on demand: durable-rules is an optional extra (Python < 3.13 only).
+        durable = importlib.import_module("engine.features.rules.durable")
+        backend: Backend = durable.DurableBackend(policy, rules)
+        return backend
+    raise ValueError(f"unknown backend {name!r}; use python or durable")
+
+
+@dataclass
+class RuleTimers:
+    """The rule machinery's working copy of its timers for one tick: sustain, latches, cooldowns and
+    rate limits, and which rules fired."""
+
+    held: dict[str, float]
+    latched: set[str]
+    last_fired: dict[str, float]
+    fired_at: dict[str, tuple[float, ...]]
+    stateful: set[str] = field(default_factory=set)  # rules with held or latched items at tick start
+    fired: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, state: EngineState) -> RuleTimers:
+        held = dict(state.held_since)
+        latched = set(state.latched)
+        return cls(
+            held=held,
+            latched=latched,
+            last_fired=dict(state.last_fired),
+            fired_at=dict(state.fired_at),
+            stateful={k.split("|", 1)[0] for k in held} | {k.split("|", 1)[0] for k in latched},
+        )
+
+
+def rule_cooldown(rule: Rule) -> float:
+    """A rule's cooldown, or its evict action's (Katalyst and Koordinator configure it per evictor)."""
+    evict = [a.spec.cooldown for a in rule.actions if isinstance(a.spec, EvictSpec)]
+    return max([rule.cooldown] + [c for c in evict if c is not None])
+
+
+class RuleStep:
+    """The compiled rules of one generation and the backend that evaluates their conditions."""
+
+    def __init__(self, policy: Policy, env: Generation, backend: str):
+        self.policy = policy
+        self.env = env
+        self.rules: tuple[CompiledRule, ...] = compile_rules(policy)
+        self.backend: Backend = make_backend(backend, policy, self.rules)
+        self.class_keys = frozenset(
+            fact_key(c)
+            for r in policy.rules
+            for c in comparisons(r.when) + comparisons(r.clear_when)
+            if c.spec.scope == "class"
+        )
+        self.cooldowns = {r.name: rule_cooldown(r) for r in policy.rules}
+
+    def run(self, snap: Snapshot, views: FactViews, t: Tick, timers: RuleTimers) -> None:
+        classes = views.classes(self.class_keys) if self.class_keys else MappingProxyType({})
+        for cr, evaluated in zip(self.rules, self._conditions(views, classes, timers), strict=True):
+            self._run_rule(cr, evaluated, snap, views, classes, t, timers)
+
+    def _conditions(
+        self, views: FactViews, classes: Mapping[str, Any], timers: RuleTimers
+    ) -> list[tuple[ScopeItems, list[bool], list[bool]]]:
+        """Phase 1: every rule's conditions over its items, in one batch for the backend.
+
+        Returns per rule its scope's items, which of them were latched, and which hold. A rule with
+        nothing latched (the steady state) is one call over all its items."""
+        latched_rules = {k.split("|", 1)[0] for k in timers.latched}
+        calls: list[Call] = []
+        per_rule: list[tuple[ScopeItems, list[bool]]] = []
+        for index, cr in enumerate(self.rules):
+            items = views.items(cr.rule.scope)
+            name = cr.rule.name
+            if name not in latched_rules:
+                flags = [False] * len(items.rows)
+                calls.append((index, "when", items.rows, False))
+            else:
+                flags = [item_key(name, key) in timers.latched for key in items.keys]
+                for row, latched in zip(items.rows, flags, strict=True):
+                    calls.append((index, "when", (row,), latched))
+                    if latched and cr.clear is not None:
+                        calls.append((index, "clear", (row,), False))
+            per_rule.append((items, flags))
+        answers = iter(self.backend.evaluate_many(views.node, classes, calls))
+        out = []
+        for index, (items, flags) in enumerate(per_rule):
+            if not any(flags):
+                held = list(islice(answers, len(flags)))
+            else:
+                has_clear = self.rules[index].clear is not None
+                held = []
+                for latched in flags:
+                    h = next(answers)
+                    if latched and has_clear:
+                        h = not next(answers)
+                    held.append(h)
+            out.append((items, flags, held))
+        return out
+
+    def _run_rule(
+        self,
+        cr: CompiledRule,
+        evaluated: tuple[ScopeItems, list[bool], list[bool]],
+        snap: Snapshot,
+        views: FactViews,
+        classes: Mapping[str, Any],
+        t: Tick,
+        timers: RuleTimers,
+    ) -> None:
+        rule = cr.rule
+        items, flags, held = evaluated
+        matched: list[Match] = []
+        if rule.name in timers.stateful:
+            for i in compress(range(len(held)), map(operator.not_, held)):
+                k = item_key(rule.name, items.keys[i])
+                timers.held.pop(k, None)
+                timers.latched.discard(k)
+        for i in compress(range(len(held)), held):
+            key = items.keys[i]
+            since = timers.held.setdefault(item_key(rule.name, key), t.now)
+            if t.now - since >= rule.sustain:
+                matched.append((key, items.fact(i), items.workloads[i], flags[i]))
+        if not matched:
+            return
+        if _publish_only(rule) and self._within_report_interval(rule.name, t.now, timers):
+            return  # the declared reporting cadence, not a suppression worth reporting
+        cooldown = self.cooldowns[rule.name]
+        if cooldown and rule.name in timers.last_fired and t.now - timers.last_fired[rule.name] < cooldown:
+            left = cooldown - (t.now - timers.last_fired[rule.name])
+            t.skipped.append(Skipped(rule.name, f"cooldown: {left:g}s of {cooldown:g}s left"))
+            return
+        if rule.per_window is not None:
+            count, window = rule.per_window
+            recent = tuple(x for x in timers.fired_at.get(rule.name, ()) if t.now - x < window)
+            timers.fired_at[rule.name] = recent
+            if len(recent) >= count:
+                t.skipped.append(Skipped(rule.name, f"rate limit: fired {len(recent)} times in {window:g}s"))
+                return
+        acted = False
+        for action in rule.actions:
+            handler = HANDLERS.get(action.kind)
+            if handler is None:
+                t.skipped.append(
+                    Skipped(rule.name, f"action {action.kind!r} has no strategy in this version of qosd yet")
+                )
+                continue
+            acted |= handler(ActionContext(
+                    self.env, cr, action.params, action.spec, snap, views, classes, matched, t
+                ))
+        for key, *_ in matched:
+            timers.latched.add(item_key(rule.name, key))
+        if acted:
+            timers.fired.append(rule.name)
+            timers.last_fired[rule.name] = t.now
+            if rule.per_window is not None:  # only rate-limited rules need their recent firings
+                timers.fired_at[rule.name] = (*timers.fired_at.get(rule.name, ()), t.now)
+
+    def _within_report_interval(self, name: str, now: float, timers: RuleTimers) -> bool:
+        interval = self.policy.reclaim.report_interval
+        last = timers.last_fired.get(name)
+        return bool(interval) and last is not None and now - last < float(interval or 0)
+
+
+def _publish_only(rule: Rule) -> bool:
+    return bool(rule.actions) and all(a.kind == "publish" for a in rule.actions)
