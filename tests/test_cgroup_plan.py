@@ -172,6 +172,8 @@ def test_a_steady_tick_is_planned_once_and_a_changed_observation_again() -> None
     observed = MappingProxyType({"kubepods/besteffort/poda": MappingProxyType({"cpu.shares": "2"})})
     first = plan(intents, engine.policy, Guards(), observed)
     assert plan(tuple(intents), engine.policy, Guards(), observed) is first
+    copies = tuple(replace(i) for i in intents)  # equal, not the same: what is held must be these
+    assert plan(copies, engine.policy, Guards(), observed) is not first
     assert len(first.operations) == 4
 
     high = str(int(1.6 * GiB))

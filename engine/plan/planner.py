@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import is_
 from types import MappingProxyType
 from typing import Any
 
@@ -83,6 +84,12 @@ def _frozen(observed: Mapping[str, Any] | None) -> bool:
     return observed is None or type(observed) is MappingProxyType
 
 
+def _same_objects(a: tuple[Intent, ...], b: tuple[Intent, ...]) -> bool:
+    """The very same intent objects (not merely equal ones: what a plan holds back refers to the
+    caller's own intents), compared at C speed."""
+    return len(a) == len(b) and all(map(is_, a, b))
+
+
 def plan(
     intents: tuple[Intent, ...],
     policy: Policy,
@@ -103,7 +110,7 @@ def plan(
         and last[3] is observed_cgroups
         and last[4] is observed_resctrl
         and last[2] == guards
-        and last[0] == intents  # identical items compare by identity, at C speed
+        and _same_objects(last[0], intents)
         and (not last[6] or last[5] is workload)  # pods are looked up only for evictions
     ):
         return last[7]  # type: ignore[no-any-return]
