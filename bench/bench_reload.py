@@ -1,8 +1,8 @@
 """Hot-reload latency: from a change to the new policy generation in effect.
 
 Targets (issue 15): p99 <= 30 ms for a ConfigMap ``..data`` swap, <= 100 ms for an editor save and a
-QoSPolicy update. Three paths, each through the parts the daemon wires (engine.daemon.build_standalone
-/ build_kube):
+QoSPolicy update. Three paths, each through the parts the daemon wires
+(engine.daemon.wiring.build_standalone / build_kube):
 
 - **editor save**: a rule file replaced by an editor's atomic save (write a temp sibling, rename it
   over the file) -> RuleFileWatcher (inotify on the directory, 50 ms debounce, content hash) -> Reloader.

@@ -1,4 +1,6 @@
-"""The ``qosd`` command line. Wiring only: every decision lives in engine.config and friends.
+"""The ``qosd`` command line: argument parsing and exit codes only. Each command's implementation lives
+with its package: engine.config.command (validate, render, schema, crd), engine.eval_command (eval),
+engine.ruletest, engine.explain, engine.simulate, engine.daemon and engine.demo.
 
 Exit codes follow the usual validator convention: 0 clean, 1 invalid input, 2 usage error. An
 exception nobody expected (a bug) is one line on stderr and exit 70 (EX_SOFTWARE), not a traceback
@@ -9,233 +11,25 @@ traceback (the test suite sets QOSD_DEBUG so that a bug fails its test loudly).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from engine import __version__, daemon, demo, explain, ruletest, simulate
+from engine import __version__, demo, explain
 from engine.argtypes import integer, profile
-from engine.config.errors import Location, PolicyError, Problem, UsageError
-from engine.config.load import MAX_DEPTH, Document, json_brackets, json_path, parse_documents, read_file
-from engine.config.output import dump_yaml, yaml_with_origins
-from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents, node_labels, validate
-from engine.config.schema_check import schema_problems
-from engine.evaluate.engine import Engine
-from engine.evaluate.state import CorruptState, EngineState, state_from_json
-from engine.model.factnames import registry
-from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
-from engine.output import format_table
-from engine.plan.planner import Guards
-from engine.resources import load_schema
-from engine.sources.localnode import read_local_node
-from engine.sources.snapshot_file import load_snapshot
-from engine.tick import run_tick
+from engine.config.command import cmd_crd, cmd_render, cmd_schema, cmd_validate
+from engine.config.errors import PolicyError, UsageError
+from engine.config.pipeline import PROFILE_LABEL
+from engine.daemon import options as daemon_options
+from engine.eval_command import cmd_eval
+from engine.ruletest import options as ruletest_options
+from engine.simulate import options as simulate_options
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 DEBUG_ENV = "QOSD_DEBUG"
-
-
-def _not_a_file(path: Path) -> str:
-    if not path.exists():
-        return "does not exist"
-    if path.is_dir():
-        return "is a directory; name one file"
-    return "is not a regular file (a device or a pipe cannot be read to its end)"
-
-
-def load_node(path: Path | None, profile: str | None, labels: Sequence[str] = ()) -> NodeInfo:
-    """Node facts from a file (facts snapshot, its node section, or a Kubernetes Node), else this machine."""
-    if path is None:
-        node = read_local_node()
-    else:
-        if not path.is_file():
-            raise UsageError(f"node file {path} {_not_a_file(path)}")
-        docs = read_file(path)
-        if len(docs) != 1 or not isinstance(docs[0].data, dict):
-            raise PolicyError(
-                [Problem(Location(str(path), 1, 1), "a node file holds exactly one YAML mapping")]
-            )
-        node = _node_from_document(docs[0])
-    extra = node_labels(labels, profile)
-    return node.with_labels(extra) if extra else node
-
-
-def _node_from_document(doc: Document) -> NodeInfo:
-    data: dict[str, Any] = doc.data
-    if data.get("kind") == "Node":
-        try:
-            return node_from_kube(data)
-        except ValueError as exc:  # a capacity that is not a quantity within bounds
-            raise PolicyError([Problem(doc.locate(("status", "capacity")), str(exc))]) from None
-    snapshot = data if "node" in data else {"node": data}
-    locate = doc.locate if "node" in data else (lambda p, k=False: doc.locate(p[1:], k))
-    problems = schema_problems(snapshot, locate, "facts")
-    if problems:
-        raise PolicyError(problems)
-    return node_from_snapshot(snapshot["node"])
-
-
-def _print_problems(problems: Sequence[Problem], output: str, summary: str) -> None:
-    if output == "json":
-        print(
-            json.dumps(
-                {"valid": not problems, "summary": summary, "problems": [p.to_dict() for p in problems]},
-                indent=2,
-            )
-        )
-        return
-    for p in problems:
-        print(p.format())
-    print(summary)
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    docs = load_documents(args.paths, builtin=not args.no_builtin)
-    node = (
-        load_node(args.node, args.profile, args.label) if (args.node or args.profile or args.label) else None
-    )
-    problems = validate(docs, node)
-    files = {d.source for d in docs}
-    n = len(problems)
-    if problems:
-        summary = f"{n} problem{'s' if n != 1 else ''} in {len(docs)} document(s) from {len(files)} file(s)"
-    else:
-        summary = f"valid: {len(docs)} document(s) from {len(files)} file(s)"
-    _print_problems(problems, args.output, summary)
-    return EXIT_INVALID if problems else EXIT_OK
-
-
-def cmd_render(args: argparse.Namespace) -> int:
-    docs = load_documents(args.paths, builtin=not args.no_builtin)
-    node = load_node(args.node, args.profile, args.label)
-    policy = build_policy(docs, node)
-    if args.output == "json":
-        out = policy.to_document()
-        if args.show_origin:
-            out["origins"] = {path: str(loc) for path, loc in sorted(policy.origins.items())}
-        print(json.dumps(out, indent=2))
-    elif args.show_origin:
-        sys.stdout.write(yaml_with_origins(policy))
-    else:
-        sys.stdout.write(dump_yaml(policy.to_document()))
-    return EXIT_OK
-
-
-def cmd_schema(args: argparse.Namespace) -> int:
-    if args.names:
-        if args.kind != "facts":
-            raise UsageError("--names lists fact names; use `qosd schema facts --names`")
-        specs = registry().specs.values()
-        width = max(len(s.name) for s in specs)
-        for s in sorted(specs, key=lambda s: s.name):
-            extra = " (windowed)" if s.series else ""
-            unit = f" [{s.unit}]" if s.unit else ""
-            print(f"{s.name:<{width}}  {s.kind}{unit}{extra}  {s.description}".rstrip())
-        return EXIT_OK
-    print(json.dumps(load_schema(args.kind), indent=2))
-    return EXIT_OK
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    if not args.facts.is_file():
-        raise UsageError(f"facts file {args.facts} {_not_a_file(args.facts)}")
-    snapshot = load_snapshot(args.facts)
-    node = snapshot.node.with_labels({PROFILE_LABEL: args.profile}) if args.profile else snapshot.node
-    policy = build_policy(load_documents(args.rules, builtin=not args.no_builtin), node)
-    state = _eval_state(args.state) if args.state else EngineState()
-    engine = Engine(policy, backend=args.backend)
-    try:
-        result = run_tick(
-            engine, snapshot, state, Guards(dry_run=args.dry_run, eviction_burst=args.eviction_burst)
-        )
-    finally:
-        engine.backend.close()
-    if args.output == "json":
-        print(
-            json.dumps(
-                {
-                    "apiVersion": "qosd.io/v1alpha1",
-                    "kind": "Evaluation",
-                    **result.to_dict(),
-                    "state": result.state.to_dict(),
-                },
-                indent=2,
-                default=str,
-            )
-        )
-    else:
-        sys.stdout.write(format_table(result))
-    return EXIT_OK
-
-
-def _state_fault_position(text: str, reason: str) -> tuple[int, int]:
-    """line:col for a state fault the JSON decoder gives no position for: the first NaN/Infinity
-    token, the first bracket nested deeper than a state goes, else the document's first value."""
-    index = -1
-    if "NaN" in reason or "Infinity" in reason:
-        token = re.search(r"-?Infinity|NaN", text)
-        index = token.start() if token else -1
-    elif "nested too deeply" in reason:
-        index = next((i for i, ch, depth in json_brackets(text) if ch in "[{" and depth > MAX_DEPTH), -1)
-    if index < 0:
-        index = len(text) - len(text.lstrip())
-    before = text[:index]
-    return before.count("\n") + 1, index - (before.rfind("\n") + 1) + 1
-
-
-def _eval_state(path: Path) -> EngineState:
-    """The state ``--state`` names; a file that is not one is invalid input (exit 1), located at the
-    broken JSON's line:col or, for a value the schema refuses, at that value."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"--state {path}: {exc.strerror}") from None
-    try:
-        return state_from_json(data)
-    except CorruptState as exc:
-        where = Location(str(path), exc.line, exc.column, json_path(exc.path))
-        if not exc.line:
-            text = data.decode("utf-8", errors="replace")
-            if exc.path:  # a value the schema refused: JSON is YAML, whose marks give its line:col
-                with contextlib.suppress(PolicyError, ValueError):
-                    docs = parse_documents(text, str(path))
-                    if docs:
-                        where = docs[0].locate(exc.path)
-            if not where.line:
-                where = Location(str(path), *_state_fault_position(text, str(exc)), json_path(exc.path))
-        raise PolicyError(
-            [
-                Problem(
-                    where,
-                    f"not an engine state: {exc}",
-                    hint="--state takes a file `qosd run --state-file` wrote, or the `state` object of "
-                    "`qosd eval --output json` (schemas/state.schema.json)",
-                )
-            ]
-        ) from None
-
-
-def cmd_crd(args: argparse.Namespace) -> int:
-    from engine.config.crd import build_node_status_crd, qosd_crds
-
-    crds = qosd_crds()
-    if args.kind != "all":
-        crds = crds[:1] if args.kind == "policy" else [build_node_status_crd()]
-    if args.output == "json":
-        print(
-            json.dumps(
-                crds[0] if len(crds) == 1 else {"apiVersion": "v1", "kind": "List", "items": crds}, indent=2
-            )
-        )
-    else:
-        sys.stdout.write("---\n".join(dump_yaml(c) for c in crds))
-    return EXIT_OK
 
 
 def _policy_source_args(p: argparse.ArgumentParser) -> None:
@@ -325,10 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.set_defaults(func=cmd_eval)
 
-    ruletest.add_parser(sub)
+    ruletest_options.add_parser(sub)
     explain.add_parser(sub)
-    simulate.add_parser(sub)
-    daemon.add_parser(sub)
+    simulate_options.add_parser(sub)
+    daemon_options.add_parser(sub)
     demo.add_parser(sub)
 
     c = sub.add_parser("crd", help="print qosd's CustomResourceDefinitions (QoSPolicy, QoSNodeStatus)")

@@ -359,7 +359,9 @@ def simulated(reason: str, out: Any = sys.stdout) -> int:
     from engine.config.errors import Location
     from engine.config.pipeline import build_policy, load_documents
     from engine.evaluate.engine import Engine
-    from engine.simulate import Options, format_text, simulate
+    from engine.simulate.report import format_text
+    from engine.simulate.result import Options
+    from engine.simulate.run import simulate
     from engine.sources.trace import generate_tidal, trace_from_dict
 
     print(

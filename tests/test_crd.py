@@ -17,14 +17,9 @@ import yaml
 from jsonschema import Draft202012Validator
 from kubernetes.client import ApiClient, V1CustomResourceDefinition, V1JSONSchemaProps
 
-from engine.config.crd import (
-    JSON_SCHEMA_PROPS_KEYS,
-    CrdSchemaError,
-    build_crd,
-    check_structural,
-    openapi_schema,
-)
+from engine.config.crd.policy import CrdSchemaError, build_crd, openapi_schema
 from engine.resources import load_schema
+from tests.crdcheck import JSON_SCHEMA_PROPS_KEYS, check_structural
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT = "spec.versions[0].schema.openAPIV3Schema"

@@ -30,11 +30,11 @@ from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.result import OperationResult
 from engine.cli import build_parser
 from engine.cli import main as cli_main
-from engine.daemon import (
+from engine.daemon.loop import Daemon
+from engine.daemon.wiring import (
     MEMORY_SECONDS,
     OBSERVE_SECONDS,
     CollectorSource,
-    Daemon,
     build_standalone,
     daemon_options,
 )

@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from engine.daemon import AuditLog, Metrics
+from engine.daemon.audit import AuditLog
+from engine.daemon.metrics import Metrics
 from tests.realcgroup import Subtree, real_subtree
 from tests.test_daemon import get
 

@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 
 from engine.adapters.result import OperationResult
-from engine.daemon import REPORT_SECONDS, Metrics, StateFile, Throttle
+from engine.daemon.faults import REPORT_SECONDS, Throttle
+from engine.daemon.metrics import Metrics
+from engine.daemon.state_file import StateFile
 from engine.evaluate.state import EngineState
 from engine.model.operations import EvictPod, WriteCgroup
 from tests.kubeapi import ApiServer

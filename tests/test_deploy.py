@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from engine.config.crd import check_structural, qosd_crds
+from engine.config.crd import qosd_crds
 from engine.config.pipeline import load_documents, validate
-from engine.daemon import add_parser
+from engine.daemon.options import add_parser
+from tests.crdcheck import check_structural
 
 DEPLOY = Path(__file__).resolve().parents[1] / "examples" / "deploy"
 

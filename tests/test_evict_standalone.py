@@ -25,7 +25,7 @@ from engine.adapters.result import OperationResult
 from engine.cgroups.mounts import CgroupLayout
 from engine.cli import build_parser
 from engine.cli import main as cli_main
-from engine.daemon import build_standalone
+from engine.daemon.wiring import build_standalone
 from engine.model.operations import EvictPod
 from tests.realcgroup import Subtree, real_subtree
 
@@ -290,7 +290,7 @@ def test_the_engine_forgets_an_eviction_that_was_not_carried_out(status: str, ke
     """An eviction record counts the pod as released; one not carried out (failed at the start, or
     later when its processes outlived SIGKILL; skipped; deferred) must not, so a later round may
     choose again."""
-    from engine.daemon import _unrecord_refused
+    from engine.daemon.loop import _unrecord_refused
     from engine.evaluate.state import EngineState, Evicting
 
     state = EngineState(

@@ -482,7 +482,7 @@ def test_an_eviction_finished_after_its_tick_is_explained_from_its_own_record(
     """A standalone eviction ends ticks after it started: the record of that moment has no intent,
     only the result, and says whether the processes are gone."""
     from engine.adapters.result import OperationResult
-    from engine.daemon import finished_record
+    from engine.daemon.audit import finished_record
     from engine.evaluate.engine import Engine
     from engine.evaluate.state import EngineState
     from engine.model.operations import EvictPod

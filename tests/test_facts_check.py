@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from engine.config.errors import PolicyError
-from engine.ruletest import load_suites
+from engine.ruletest.reader import load_suites
 from engine.sources.snapshot_file import read_facts
 from engine.sources.trace import read_trace
 from tests.test_cli_usage import qosd

@@ -22,7 +22,8 @@ from kubernetes import client
 from engine.adapters.cgroup import CgroupAdapter
 from engine.cgroups.mounts import CgroupLayout
 from engine.cli import build_parser
-from engine.daemon import Daemon, build_kube
+from engine.daemon.loop import Daemon
+from engine.daemon.wiring import build_kube
 from engine.kube.client import GROUP, POLICY_PLURAL, VERSION
 from tests.kubeapi import ApiServer
 

@@ -20,7 +20,9 @@ from engine.evaluate.state import EngineState
 from engine.explain import evaluation_validator
 from engine.model.facts import snapshot_from_dict
 from engine.plan.planner import Guards
-from engine.ruletest import main, merge_patch, resolve, value_matches
+from engine.ruletest.match import resolve, value_matches
+from engine.ruletest.model import merge_patch
+from engine.ruletest.options import main
 from engine.sources.snapshot_file import read_facts
 from engine.tick import run_tick
 

@@ -16,13 +16,16 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
+from engine.cli import main
 from engine.cli import main as cli_main
 from engine.config.errors import Location, PolicyError
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.model.facts import Snapshot
 from engine.resources import data_dir
-from engine.simulate import Options, Progress, Simulation, main, simulate
+from engine.simulate.command import Progress
+from engine.simulate.result import Options, Simulation
+from engine.simulate.run import simulate
 from engine.sources.trace import (
     dump_trace,
     generate_tidal,

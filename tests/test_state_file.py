@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from engine.daemon import load_state, save_state
+from engine.daemon.state_file import load_state, save_state
 from engine.evaluate.state import CorruptState, EngineState, Evicting, state_from_json
 from engine.resources import data_dir
 from tests.realcgroup import real_subtree

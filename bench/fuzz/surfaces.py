@@ -31,7 +31,6 @@ import yaml
 
 from bench.fuzz.mutate import Mutated, collect_keys, mutate
 from bench.fuzz.oracle import AcceptedButFailed, OtherEntry
-from engine import ruletest
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.executor import NodeExecutor
 from engine.adapters.result import OperationResult
@@ -42,13 +41,17 @@ from engine.config.errors import PolicyError
 from engine.config.load import Document, Layer
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents, validate
 from engine.config.policy import Policy
-from engine.daemon import KUBE_OPERATIONS, audit_record, load_state, save_state
+from engine.daemon.audit import audit_record
+from engine.daemon.state_file import load_state, save_state
+from engine.daemon.wiring import KUBE_OPERATIONS
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.model.facts import Snapshot
 from engine.model.node import NodeInfo
 from engine.model.operations import Operation, WriteCgroup
 from engine.plan.planner import Guards
+from engine.ruletest import reader as ruletest_reader
+from engine.ruletest import runner as ruletest_runner
 from engine.sources.snapshot_file import load_snapshot
 from engine.sources.standalone import StandaloneSource, load_workloads
 from engine.tick import TickResult, run_tick
@@ -546,8 +549,8 @@ class RuleTestSurface(Surface):
         return env.examples_copy() / "examples" / "tests" / f"fuzz-input{self.suffix}"
 
     def run(self, env: Env, path: Path) -> str | None:
-        suites = ruletest.load_suites([path])
-        results = ruletest.run(suites)
+        suites = ruletest_reader.load_suites([path])
+        results = ruletest_runner.run(suites)
         problems = [p for r in results if r.status == "error" for p in r.problems]
         if problems:
             raise PolicyError(problems)

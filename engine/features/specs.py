@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from engine.cgroups.weight import WeightFormula
 from engine.features.class_knobs import spec as set_cgroup
-from engine.features.class_knobs.knobs import WeightFormula
 from engine.features.eviction import spec as evict
 from engine.features.memory_qos import spec as memory_guard
 from engine.features.reclaim import spec as publish

@@ -62,7 +62,7 @@ class NodeWatch:
         self._notified_labels: Mapping[str, str] | None = None
         self._bad_quantities: set[str] = set()
 
-    # -- lifecycle (engine.daemon.Service)
+    # -- lifecycle (engine.daemon.parts.Service)
 
     def start(self) -> None:
         self.reflector.start()

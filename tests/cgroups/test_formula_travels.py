@@ -19,7 +19,7 @@ import pytest
 from engine.adapters.cgroup import CgroupAdapter
 from engine.cgroups.mounts import CgroupLayout
 from engine.cgroups.weight import WeightFormula, shares_to_weight, weight_to_shares
-from engine.daemon import CollectorSource
+from engine.daemon.wiring import CollectorSource
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.model.operations import WriteCgroup

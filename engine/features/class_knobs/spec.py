@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from engine.cgroups.weight import WeightFormula
 from engine.config.errors import Checker
 from engine.config.load import JsonPath
-from engine.features.class_knobs.knobs import KnobFn, WeightFormula, compile_knob
+from engine.features.class_knobs.knobs import KnobFn, compile_knob
 from engine.features.memory_qos.spec import MemoryQos
 
 Knob = Any  # a frozen knob as written; compile_knob turns it into a function of (pod, node facts)

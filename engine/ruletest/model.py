@@ -1,0 +1,90 @@
+"""A RuleTest suite as the runner sees it: policy, cases, steps and expectations."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.config.errors import Location
+from engine.config.load import Document, JsonPath
+from engine.evaluate.state import EngineState
+from engine.plan.planner import Guards
+
+SUITE_KIND = "RuleTest"
+
+Locate = Callable[[JsonPath, bool], Location]
+
+
+LISTS = ("intents", "operations", "held", "skipped", "workloadIssues")
+
+
+def capitalized(name: str) -> str:
+    return name[0].upper() + name[1:]
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    paths: tuple[Path, ...] = ()
+    builtin: bool = True
+    profile: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # The ``policy:`` that chose these (the case's, else the suite's): where a policy that cannot be
+    # built for the case's node is reported, since its own problem may name only the node.
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class Expect:
+    data: Mapping[str, Any]
+    path: JsonPath
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str
+    facts: Mapping[str, Any]
+    expects: tuple[Expect, ...]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    location: Location
+    xfail: str | None
+    policy: PolicySpec
+    guards: Guards
+    state: EngineState
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class Suite:
+    source: str
+    name: str
+    doc: Document
+    cases: tuple[Case, ...]
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: mappings merge recursively, null deletes, anything else replaces."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def prefixed(doc: Document, prefix: JsonPath) -> Locate:
+    """A locator for data that sits at ``prefix`` inside ``doc``."""
+
+    def locate(path: JsonPath, prefer_key: bool = False) -> Location:
+        return doc.locate((*prefix, *path), prefer_key)
+
+    return locate

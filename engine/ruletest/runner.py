@@ -1,0 +1,117 @@
+"""Running a suite's cases through the one tick every mode shares (engine.tick.run_tick)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.config.errors import Location, PolicyError, Problem
+from engine.config.pipeline import API_VERSION, PROFILE_LABEL, build_policy, load_documents
+from engine.evaluate.engine import Engine
+from engine.model.facts import snapshot_from_dict
+from engine.ruletest.check import Failure, check_tick
+from engine.ruletest.model import Case, Suite
+from engine.tick import TickResult, run_tick
+
+
+@dataclass
+class CaseResult:
+    source: str  # the suite's file
+    suite: str
+    name: str
+    location: Location
+    status: str  # pass | fail | error | xfail | xpass
+    xfail: str | None = None
+    failures: list[Failure] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("pass", "xfail")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "suite": self.suite,
+            "name": self.name,
+            "location": str(self.location),
+            "result": self.status,
+            "xfail": self.xfail,
+            "failures": [f.to_dict() for f in self.failures],
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def evaluation_document(result: TickResult) -> dict[str, Any]:
+    """The tick as ``qosd eval --output json`` prints it (plain JSON types), so expectations are
+    written against exactly what users see."""
+    doc = {
+        "apiVersion": API_VERSION,
+        "kind": "Evaluation",
+        **result.to_dict(),
+        "state": result.state.to_dict(),
+    }
+    plain: dict[str, Any] = json.loads(json.dumps(doc, default=str))
+    return plain
+
+
+def _at_policy(problem: Problem, where: Location) -> Problem:
+    """A policy problem with no file position ("no policy document applies to node 'n'") moved to
+    the ``policy:`` that chose the documents, the line an engineer edits to fix it; what it named
+    before (the node, an unreadable file) stays as related."""
+    if problem.location.line:
+        return problem
+    named = problem.location.source in problem.message  # "... node 'n'" already says where
+    related = problem.related if named else (problem.location, *problem.related)
+    return Problem(where, problem.message, problem.hint, related)
+
+
+def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseResult, list[dict[str, Any]]]:
+    """Run every step of a case with state carried over; the Evaluation documents come back too."""
+    result = CaseResult(suite.source, suite.name, case.name, case.location, "pass", case.xfail)
+    ticks: list[dict[str, Any]] = []
+    spec = case.policy
+    labels = dict(spec.labels)
+    if spec.profile:
+        labels[PROFILE_LABEL] = spec.profile
+    try:
+        first = snapshot_from_dict(case.steps[0].facts)
+        node = first.node.with_labels(labels) if labels else first.node
+        policy = build_policy(load_documents(list(spec.paths), builtin=spec.builtin), node)
+    except PolicyError as exc:
+        result.status = "error"
+        result.problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
+        return result, ticks
+    engine = Engine(policy, backend=backend)
+    state = case.state
+    try:
+        for step in case.steps:
+            snapshot = first if step is case.steps[0] else snapshot_from_dict(step.facts)
+            tick = run_tick(engine, snapshot, state, case.guards)
+            state = tick.state
+            doc = evaluation_document(tick)
+            ticks.append(doc)
+            for expect in step.expects:
+                result.failures.extend(check_tick(expect, doc, suite.doc.locate, step.label))
+    finally:
+        engine.backend.close()
+    failed = bool(result.failures)
+    if case.xfail is not None:
+        result.status = "xfail" if failed else "xpass"
+    else:
+        result.status = "fail" if failed else "pass"
+    return result, ticks
+
+
+def run(
+    suites: Sequence[Suite], backend: str = "python", select: re.Pattern[str] | None = None
+) -> list[CaseResult]:
+    out = []
+    for suite in suites:
+        for case in suite.cases:
+            if select is None or select.search(case.name):
+                out.append(run_case(suite, case, backend)[0])
+    return out

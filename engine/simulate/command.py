@@ -1,0 +1,162 @@
+"""``qosd simulate`` and ``qosd trace generate|validate``: what each command does with its parsed flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import IO
+
+from engine.config.errors import UsageError
+from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
+from engine.evaluate.engine import Engine
+from engine.plan.planner import Guards
+from engine.simulate.plot import plot, plot_available
+from engine.simulate.report import format_text
+from engine.simulate.result import Options
+from engine.simulate.run import simulate
+from engine.sources.trace import (
+    GiB,
+    describe,
+    duration_text,
+    generate_tidal,
+    read_trace,
+    write_trace,
+)
+
+PROGRESS_MIN_STEPS = 200
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class Progress:
+    """A one-line progress bar on a terminal stream; redraws at most once per percent."""
+
+    def __init__(self, stream: IO[str], width: int = 30):
+        self.stream = stream
+        self.width = width
+        self.last = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        if pct == self.last and done != total:
+            return
+        self.last = pct
+        filled = int(self.width * done / total) if total else self.width
+        bar = "#" * filled + "." * (self.width - filled)
+        self.stream.write(f"\rsimulating [{bar}] {pct:3d}% {done}/{total} samples")
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+# ---------------------------------------------------------------- command line
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        missing = plot_available()
+        if missing:
+            print(f"qosd: error: {missing}", file=sys.stderr)
+            return EXIT_USAGE
+    trace = read_trace(args.trace)
+    node = trace.base.node.with_labels({PROFILE_LABEL: args.profile}) if args.profile else trace.base.node
+    policy = build_policy(load_documents(args.rules, builtin=not args.no_builtin), node)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    progress = Progress(sys.stderr) if show and len(trace.samples) > PROGRESS_MIN_STEPS else None
+    if args.progress and progress is None:
+        progress = Progress(sys.stderr)
+    options = Options(
+        guards=Guards(dry_run=args.dry_run, eviction_burst=args.eviction_burst),
+        risk_cpu_percent=args.risk_cpu,
+        risk_memory_percent=args.risk_memory,
+        keep_ticks=args.output == "json",
+        progress=progress,
+    )
+    try:
+        engine = Engine(policy, backend=args.backend)
+        try:
+            sim = simulate(trace, engine, options)
+        finally:
+            engine.backend.close()
+    except RuntimeError as exc:
+        # An optional evaluator that is missing or whose worker died (DurableBackendError): the trace
+        # and the rules are fine, the environment is not. The in-process evaluator has no such failure.
+        if args.backend == "python":
+            raise
+        print(f"qosd: error: the {args.backend} backend cannot run the simulation: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.output == "json":
+        json.dump(sim.to_dict(), sys.stdout, default=str, separators=(",", ":"))
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    else:
+        text = format_text(sim, timeline=not args.no_timeline)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+    if args.plot is not None:
+        plot(sim, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return EXIT_OK
+
+
+MAX_GENERATED_SAMPLES = 1_000_000  # a year of minutes is 527,040; more only exhausts memory
+
+
+def cmd_trace_generate(args: argparse.Namespace) -> int:
+    if args.cpus % args.numa or args.cpus // args.numa < 2:
+        raise UsageError(
+            f"--cpus {args.cpus} --numa {args.numa}: the generated node splits its CPUs evenly over its "
+            "NUMA nodes, at least 2 (one core of two hyper-threads) each; make --cpus a multiple of --numa"
+        )
+    samples = args.hours * 3600 / args.step
+    if not 1 <= samples <= MAX_GENERATED_SAMPLES:
+        raise UsageError(
+            f"--hours {args.hours:g} --step {duration_text(args.step)}: that is {math.floor(samples):,} "
+            f"samples; a trace needs from 1 to {MAX_GENERATED_SAMPLES:,} "
+            + (
+                "(lengthen --hours or shorten --step)"
+                if samples < 1
+                else "(lengthen --step or shorten --hours)"
+            )
+        )
+    profile = None if args.profile == "default" else args.profile
+    doc = generate_tidal(
+        hours=args.hours,
+        step=args.step,
+        seed=args.seed,
+        cpus=args.cpus,
+        numa=args.numa,
+        memory=args.memory,
+        profile=profile,
+        name=args.name,
+    )
+    target = (
+        "the Koordinator profile (node label qosd.io/profile: koordinator)"
+        if profile
+        else ("the default (Katalyst-style) profile (no qosd.io/profile label)")
+    )
+    comment = (
+        f"Generated by: qosd trace generate --hours {args.hours:g} --step {duration_text(args.step)} "
+        f"--seed {args.seed} --cpus {args.cpus} --numa {args.numa} --memory {args.memory / GiB:g}Gi "
+        f"--profile {args.profile}" + (f" --name {args.name}" if args.name else "") + "\n"
+        f"Targets {target}.\n"
+        "Online pods carry both Koordinator labels and Katalyst annotations, so either profile reads them;\n"
+        "override the profile with `qosd simulate --profile ...`."
+    )
+    if args.output_file is None or str(args.output_file) == "-":
+        from engine.sources.trace import dump_trace
+
+        sys.stdout.write(dump_trace(doc, args.format or "yaml", comment))
+    else:
+        write_trace(doc, args.output_file, comment)
+        print(f"wrote {len(doc['samples'])} samples to {args.output_file}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_trace_validate(args: argparse.Namespace) -> int:
+    ok = True
+    for path in args.traces:
+        trace = read_trace(path)
+        print(f"valid: {describe(trace)}")
+    return EXIT_OK if ok else EXIT_INVALID
