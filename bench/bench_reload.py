@@ -1,11 +1,14 @@
-"""Hot-reload latency: from a change to the new policy generation in effect (DESIGN target p99 <= 100 ms).
+"""Hot-reload latency: from a change to the new policy generation in effect.
 
-Three paths, each through the parts the daemon wires (engine.daemon.wiring.build_standalone / build_kube):
+Targets (issue 15): p99 <= 30 ms for a ConfigMap ``..data`` swap, <= 100 ms for an editor save and a
+QoSPolicy update. Three paths, each through the parts the daemon wires
+(engine.daemon.wiring.build_standalone / build_kube):
 
 - **editor save**: a rule file replaced by an editor's atomic save (write a temp sibling, rename it
-  over the file) -> RuleFileWatcher (inotify on the directory, debounce, content hash) -> Reloader.
+  over the file) -> RuleFileWatcher (inotify on the directory, 50 ms debounce, content hash) -> Reloader.
 - **ConfigMap swap**: the kubelet's AtomicWriter sequence on a ConfigMap volume (new timestamped
-  directory, ``..data_tmp`` symlink renamed over ``..data``) -> the same watcher -> Reloader.
+  directory, ``..data_tmp`` symlink renamed over ``..data``) -> the same watcher, which checks at the
+  ``..data`` rename without a debounce (the switch is atomic) -> Reloader.
 - **CR update**: a QoSPolicy replaced through the official client over HTTP -> the API server's watch
   -> PolicyWatch (list+watch reflector) -> Reloader. The API server is the in-repo emulator
   (tests/kubeapi; no kube-apiserver can run here); its own patch-to-watch-event latency is a few ms.
@@ -182,11 +185,11 @@ def cr_updates(updates: int) -> list[float]:
             reloader.close()
 
 
-def summary(name: str, ms: list[float]) -> str:
+def summary(name: str, ms: list[float], target: float) -> str:
     q = statistics.quantiles(ms, n=100, method="inclusive")
     return (
         f"| {name} | {len(ms)} | {statistics.median(ms):.1f} | {q[94]:.1f} | {q[98]:.1f} | {max(ms):.1f} | "
-        f"{'yes' if q[98] <= 100 else 'NO'} |"
+        f"{target:g} | {'yes' if q[98] <= target else 'NO'} |"
     )
 
 
@@ -200,14 +203,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     rows = [
-        summary("editor save (rename over the file)", editor_saves(args.updates)),
-        summary("ConfigMap `..data` swap", configmap_swaps(args.updates)),
-        summary("QoSPolicy update (HTTP, watch)", cr_updates(args.updates)),
+        summary("editor save (rename over the file)", editor_saves(args.updates), 100),
+        summary("ConfigMap `..data` swap", configmap_swaps(args.updates), 30),
+        summary("QoSPolicy update (HTTP, watch)", cr_updates(args.updates), 100),
     ]
     table = "\n".join(
         [
-            "| change | updates | median ms | p95 ms | p99 ms | max ms | p99 <= 100 ms |",
-            "|---|---|---|---|---|---|---|",
+            "| change | updates | median ms | p95 ms | p99 ms | max ms | p99 target ms | met |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )
@@ -217,7 +220,8 @@ def main() -> None:
             HEAD,
             f"{HEAD}\n\n`python -m bench.bench_reload --updates {args.updates} --write` "
             f"({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs). From the write (or the API call) to the "
-            "Reloader's swap; the file paths include the watcher's 50 ms debounce. Each update is a new "
+            "Reloader's swap; an editor save includes the watcher's 50 ms debounce, a ConfigMap swap none. "
+            "Each update is a new "
             "generation of the built-in layer plus one edited document.\n\n" + table + "\n",
         )
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from engine.config.errors import PolicyError, Problem
 from engine.config.load import Document, yaml_files_under
-from engine.config.pipeline import applies_to, build_policy, load_documents
+from engine.config.pipeline import applies_to, build_policy, gc_paused, load_documents
 from engine.evaluate.engine import Engine
 from engine.model.node import NodeInfo
 
@@ -170,6 +170,13 @@ class Reloader:
     # -- the reload itself (lock held)
 
     def _reload(self, source: str, key: Any) -> ReloadOutcome:
+        # No cyclic collection until the new generation is in effect and reported: a reload
+        # allocates thousands of objects that all live, and a full collection in the middle
+        # would only delay the swap (it runs at the next allocation after this).
+        with gc_paused():
+            return self._reload_paused(source, key)
+
+    def _reload_paused(self, source: str, key: Any) -> ReloadOutcome:
         assert self._node is not None
         node = self._node
         self._key = key  # a failing generation is reported once, not re-tried every tick

@@ -4,6 +4,7 @@ tightened last (Koordinator's leveled update), knob units as the kubelet compute
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -152,3 +153,68 @@ rules:
         "kubepods/besteffort/cpu.cfs_burst_us" in r and "CFS burst 2000000000 us is above the quota 1600000000 us" in r
         for r in skipped
     ), skipped
+
+
+def test_a_steady_tick_is_planned_once_and_a_changed_observation_again() -> None:
+    """The planner answers the same question once: the same intents (the engine hands back the
+    same objects while nothing changed), policy and guards against the same read-only observation
+    (the collector's mapping, never changed once handed out) give back the last plan itself. A
+    different observation, or a plain dict (which its owner may fill in between two calls), is
+    planned afresh."""
+    from types import MappingProxyType
+
+    from engine.plan.planner import plan
+
+    engine = Engine(policy(RULES))
+    snap = snapshot(pods=[be_pod("a"), be_pod("b")])  # type: ignore[list-item]
+    intents = engine.evaluate(snap, EngineState()).intents
+    assert intents
+    observed = MappingProxyType({"kubepods/besteffort/poda": MappingProxyType({"cpu.shares": "2"})})
+    first = plan(intents, engine.policy, Guards(), observed)
+    assert plan(tuple(intents), engine.policy, Guards(), observed) is first
+    copies = tuple(replace(i) for i in intents)  # equal, not the same: what is held must be these
+    assert plan(copies, engine.policy, Guards(), observed) is not first
+    assert len(first.operations) == 4
+
+    high = str(int(1.6 * GiB))
+    written = MappingProxyType(
+        {"kubepods/besteffort/poda": MappingProxyType({"cpu.shares": "2", "memory.high": high})}
+    )
+    fewer = plan(intents, engine.policy, Guards(), written)
+    assert fewer is not first and len(fewer.operations) == 3
+    assert plan(intents, engine.policy, Guards(dry_run=True), written).operations == ()
+
+    # An eviction asking for the pod's own grace period looks the pod up: a different lookup is
+    # a different question (the daemon passes a new one every tick), unless nothing is evicted.
+    from engine.model.facts import Workload
+    from engine.model.intents import EvictIntent, Provenance
+    from engine.model.operations import EvictPod
+
+    victim = pod("victim")
+    evict = EvictIntent(
+        victim.uid, "ns", "p", None, 1, (), 0.0, None, -1, Provenance("r", "h", 1, "f", "enforce")
+    )
+    pods = {victim.uid: replace(victim, termination_grace_seconds=7)}
+    pods_later = {victim.uid: replace(victim, termination_grace_seconds=9)}
+
+    def lookup(table: dict[str, Workload]) -> Any:
+        return table.get
+
+    graces = [
+        next(
+            op.grace_period_seconds
+            for op in plan((*intents, evict), engine.policy, Guards(), written, workload=lookup(table)).operations
+            if isinstance(op, EvictPod)
+        )
+        for table in (pods, pods_later)
+    ]
+    assert graces == [7, 9]
+    assert plan(intents, engine.policy, Guards(), written, workload=lookup(pods)) is plan(
+        intents, engine.policy, Guards(), written, workload=lookup(pods_later)
+    )
+
+    mutable: dict[str, dict[str, str]] = {}
+    before = plan(intents, engine.policy, Guards(), mutable)
+    mutable["kubepods/besteffort"] = {"cpu.cfs_quota_us": "400000"}
+    after = plan(intents, engine.policy, Guards(), mutable)
+    assert len(before.operations) == 5 and len(after.operations) == 4

@@ -58,6 +58,7 @@ from engine.sources.procfs import (
     rate,
 )
 from engine.sources.standalone import (
+    Kinds,
     StandaloneConfig,
     StandaloneSource,
     config_from_dict,
@@ -990,6 +991,38 @@ def test_tracked_files_expire_when_no_longer_tracked(tmp_path: Path) -> None:
     assert seen == [True, True, False, False, False]  # tracked before tick 1: read in ticks 1 and 2
 
 
+def test_the_same_tracked_pairs_again_are_not_stored_again_and_expire_on_the_same_schedule(
+    tmp_path: Path,
+) -> None:
+    """A steady daemon hands track() the same tuple every tick: that call stores nothing (the
+    stamps are renewed when expiry is checked), and what is tracked and when it expires is what
+    tracking a fresh copy every tick gives."""
+    cg = v1_root(tmp_path)
+    v1_cgroup(cg, "qosd-demo/web", 0)
+    class Stores(dict[tuple[str, str], int]):
+        count = 0
+
+        def update(self, *args: Any, **kwargs: Any) -> None:
+            self.count += 1
+            super().update(*args, **kwargs)
+
+    pairs = (("qosd-demo/web", "cpu.shares"),)
+    runs, stores = [], []
+    for same in (True, False):
+        collector, clock = collector_for(tmp_path, cg, track_ttl=2)
+        collector._tracked = Stores()
+        seen = []
+        for tick in range(12):
+            if tick < 8:
+                collector.track(pairs if same else tuple(list(pairs)))
+            clock.t += 1
+            seen.append("cpu.shares" in collector.collect().cgroups.get("qosd-demo/web", {}))
+        runs.append(seen)
+        stores.append(collector._tracked.count)
+    assert runs[0] == runs[1] == [True] * 9 + [False] * 3  # tracked in ticks 1-8, read one tick more
+    assert stores[0] < 8 <= stores[1]  # fresh copies: stored at every call; the same tuple: not
+
+
 def test_observed_files_can_be_staggered_and_writes_are_noted(tmp_path: Path) -> None:
     cg = v1_root(tmp_path)
     v1_cgroup(cg, "qosd-demo/web", 0, cpus="0-3")
@@ -1343,6 +1376,41 @@ def test_discovery_matches_per_component_and_skips_symlinks(tmp_path: Path) -> N
     (base / "qosd-a" / "link").symlink_to(base / "other")
     assert discover(str(base), [("qosd*", "*")]) == ["qosd-a/x", "qosd-b/y"]
     assert discover(str(base), [("qosd-a", "x", "nested"), ("other", "z")]) == ["other/z", "qosd-a/x/nested"]
+
+
+def test_discovery_learns_each_names_kind_once_and_again_when_the_directory_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discovery runs every tick: a name's kind is looked up (lstat) the first time it is listed,
+    not at every listing, and what it finds is what a fresh discovery finds, also when a name came
+    back as another kind (the directory's mtime changed: learned again)."""
+    base = tmp_path / "cpu"
+    for rel in ("qosd/a", "qosd/b"):
+        (base / rel).mkdir(parents=True)
+    (base / "qosd" / "cgroup.procs").write_text("")
+    (base / "qosd" / "c").symlink_to(base / "qosd" / "a")
+    kinds = Kinds()
+    looked: list[str] = []
+    lstat = os.lstat
+
+    def counting(path: Any) -> os.stat_result:
+        looked.append(os.path.basename(path))
+        return lstat(path)
+
+    monkeypatch.setattr(os, "lstat", counting)
+    assert discover(str(base), [("qosd", "*")], kinds) == ["qosd/a", "qosd/b"]
+    assert sorted(looked) == ["a", "b", "c", "cgroup.procs", "qosd"]  # qosd: not a symlink?
+    looked.clear()
+    assert discover(str(base), [("qosd", "*")], kinds) == ["qosd/a", "qosd/b"] and looked == ["qosd"]
+    (base / "qosd" / "b").rmdir()
+    (base / "qosd" / "b").write_text("")  # the same name, now a file
+    os.utime(base / "qosd", ns=(1, 1))  # whatever the clock's granularity, the mtime changed
+    (base / "qosd" / "d").mkdir()
+    os.utime(base / "qosd", ns=(2, 2))
+    assert discover(str(base), [("qosd", "*")], kinds) == discover(str(base), [("qosd", "*")]) == [
+        "qosd/a",
+        "qosd/d",
+    ]
 
 
 @pytest.mark.parametrize(

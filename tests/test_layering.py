@@ -370,3 +370,34 @@ def test_too_many_selector_variants_fall_back_to_each_documents_own_node() -> No
     assert validate(docs) == []
     broken = docs_of(("base", BASE, Layer.BUILTIN), *overlays, ("bad", "priority: 3\nnodeSelector: {matchLabels: {pool: a3}}\ndefaultClass: nope\n", Layer.FILE))
     assert [p.message for p in validate(broken)] == ["class 'nope' is not defined"]
+    broken = docs_of(
+        ("base", BASE, Layer.BUILTIN),
+        *overlays,
+        ("bad", "priority: 3\nnodeSelector: {matchLabels: {pool: a3}}\ndefaultClass: nope\n", Layer.FILE),
+    )
+
+
+def test_a_rebuild_does_not_locate_an_unchanged_document_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Provenance of an unchanged document (the built-in layer, on every reload) is worked out
+    once: the rendered document is cached with it and keeps its field locations, so a reload
+    locates only the documents that changed. The result is the same as a fresh build's."""
+    base = docs_of(("base", BASE, Layer.BUILTIN))
+    first = build_policy(
+        [*base, *docs_of(("team", "rules:\n  - name: mem-evict\n    for: 30s\n", Layer.FILE))], node()
+    )
+    located: list[str] = []
+    position = Document.position
+
+    def counting(self: Document, path: Any, prefer_key: bool = False) -> Any:
+        located.append(self.source)
+        return position(self, path, prefer_key)
+
+    monkeypatch.setattr(Document, "position", counting)
+    team = docs_of(("team", "rules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE))
+    second = build_policy([*base, *team], node())
+    assert "base.yaml" not in located
+    assert "team.yaml" in located
+    fresh = build_policy([*docs_of(("base", BASE, Layer.BUILTIN)), *team], node())
+    assert second.origins == fresh.origins and second.spec == fresh.spec
+    assert second.hash == fresh.hash != first.hash
+    assert second.rule_index["mem-evict"].sustain == 40.0

@@ -8,6 +8,7 @@ Every wait is on a condition with a generous timeout; no test asserts how long a
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import threading
@@ -28,12 +29,20 @@ from watchdog.events import (
     FileOpenedEvent,
 )
 
+from bench.bench_reload import DOC as SITE  # one site overlay: a threshold to change
 from engine.config.load import expand_paths, is_rule_file_name, skipped_entry, yaml_files_under
-from engine.config.pipeline import load_documents
-from engine.reload import rule_files
-from engine.sources.rulefiles import REASON_BACKSTOP, REASON_EVENT, RuleFileWatcher, content_hash
+from engine.config.pipeline import REFERENCE_NODE, load_documents
+from engine.reload import ReloadConfig, Reloader, ReloadOutcome, rule_files
+from engine.sources.rulefiles import (
+    REASON_BACKSTOP,
+    REASON_EVENT,
+    REASON_RESCAN,
+    RuleFileWatcher,
+    content_hash,
+)
 
 TIMEOUT = 10.0
+HOUR = 3600.0  # a debounce no test waits out: a callback within TIMEOUT came from a check that skips it
 
 
 def policy(name: str, priority: int = 10) -> str:
@@ -293,6 +302,78 @@ def test_configmap_update_makes_one_callback_and_is_read_without_duplicates(
     assert [(d.name, d.data["spec"]["priority"]) for d in docs] == [("a", 2)]
 
 
+
+
+class Outcomes:
+    """Reloader listener: every outcome, with a condition to wait on."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.seen: list[ReloadOutcome] = []
+
+    def __call__(self, outcome: ReloadOutcome) -> None:
+        with self.cond:
+            self.seen.append(outcome)
+            self.cond.notify_all()
+
+    def wait(self, count: int) -> list[str]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.seen) >= count, TIMEOUT), self.seen
+            return [o.result for o in self.seen]
+
+
+def test_a_configmap_switch_reloads_once_without_waiting_for_the_debounce(tmp_path: Path) -> None:
+    """The ``..data`` rename is a ConfigMap update's atomic switch (kubelet wrote the payload and
+    the links to new keys before it): the check runs at that event. The debounce here is an hour,
+    so the reload can only come from that; the swap's other events (its payload directory created
+    before the switch, the old one removed after it) must not make a second one."""
+    mount = tmp_path / "rules"
+    mount.mkdir()
+    atomic_write(mount, {"site.yaml": SITE.format(value=5)}, "2026_11_22_10_00_00.1")
+    reloader = Reloader(ReloadConfig(files=(mount,), stat_files=False))
+    outcomes = Outcomes()
+    reloader.listeners.append(outcomes)
+    reloader.observe_node(REFERENCE_NODE)
+    assert outcomes.wait(1) == ["loaded"]
+    watcher = RuleFileWatcher([mount], lambda reason: reloader.request("file") and None, debounce=HOUR)
+    watcher.start()
+    try:
+        atomic_write(mount, {"site.yaml": SITE.format(value=6)}, "2026_11_22_10_01_00.2")
+        assert outcomes.wait(2) == ["loaded", "loaded"]
+        settle(watcher)  # whatever the swap's later events scheduled: checked, and nothing new
+        assert [o.result for o in outcomes.seen] == ["loaded", "loaded"]
+        assert reloader.generation == 2
+        assert reloader.engine is not None
+        assert reloader.engine.policy.spec["reclaim"]["cpu"]["headroom"]["reservedForAllocate"] == 6
+    finally:
+        watcher.stop()
+        reloader.close()
+
+
+def test_an_in_place_save_in_several_writes_still_waits_for_the_debounce(
+    tmp_path: Path, watch: Start
+) -> None:
+    """Only the ``..data`` switch skips the debounce. An editor that truncates and writes in
+    several opens and closes makes a close event while the file is half written: that event
+    schedules a check one debounce later (never at once), and the check reads the whole save."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(policy("a", 1))
+    watcher, calls = watch([tmp_path], debounce=HOUR)
+    full = policy("a", 2) + "  # " + "x" * 4096 + "\n"
+    with rules.open("w") as f:  # truncated, then half written and closed
+        f.write(full[:100])
+    assert watcher.wait_pending(TIMEOUT)
+    due = watcher.scheduled()
+    assert due is not None and due > HOUR / 2, due  # debounced, not due now
+    with rules.open("a") as f:
+        f.write(full[100:])
+    watcher.rescan()  # stands in for the debounce running out
+    expected = content_hash([tmp_path])[0]
+    assert calls.wait_hash(expected) == [(REASON_RESCAN, expected)]
+    settle(watcher)
+    assert len(calls) == 1
+
+
 def test_configmap_key_added_and_removed(tmp_path: Path, watch: Start) -> None:
     mount = tmp_path / "rules"
     mount.mkdir()
@@ -465,3 +546,26 @@ def test_stop_from_on_change(tmp_path: Path) -> None:
     for thread in set(threading.enumerate()) - before:
         thread.join(TIMEOUT)
         assert not thread.is_alive(), thread.name
+
+
+def test_a_reload_collects_no_garbage_until_the_new_generation_is_in_effect(tmp_path: Path) -> None:
+    """A reload allocates thousands of objects that all live on; a cyclic collection in the middle
+    would only delay the swap. The collector is off from the start of the reload until its
+    outcome is reported (the listeners run with the new engine in place), and on again after."""
+    rules = tmp_path / "site.yaml"
+    rules.write_text(SITE.format(value=5))
+    reloader = Reloader(ReloadConfig(files=(rules,), stat_files=False))
+    during: list[tuple[bool, int]] = []
+    reloader.listeners.append(lambda outcome: during.append((gc.isenabled(), outcome.generation)))
+    try:
+        assert gc.isenabled()
+        reloader.observe_node(REFERENCE_NODE)
+        rules.write_text(SITE.format(value=6))
+        outcome = reloader.request("file")
+        assert outcome is not None and outcome.result == "loaded"
+        assert during == [(False, 1), (False, 2)] and gc.isenabled()
+        rules.write_text("kind: [")  # a rejected generation turns it back on too
+        assert reloader.request("file").result == "failed"  # type: ignore[union-attr]
+        assert during[-1] == (False, 2) and gc.isenabled()
+    finally:
+        reloader.close()

@@ -404,3 +404,32 @@ def test_only_pseudo_filesystems_are_pinned_and_the_limit_holds(tmp_path: Path) 
     assert capped.read(str(plain)) == "2\n" and capped.read(str(other)) == "3\n"
     assert capped.pinned == 1
     assert capped.read_many([str(plain), str(other), str(tmp_path / "absent")]) == ["2\n", "3\n", None]
+
+
+def test_a_batch_read_takes_the_pinned_files_at_once_and_only_the_others_one_by_one(
+    tmp_path: Path,
+) -> None:
+    """The refresh lets a few descriptors go every tick, so nearly every tick's batch of CPU
+    counters has some unpinned files: those are read (and pinned again) one by one, and the pinned
+    rest still in one batch, not all 500 file by file."""
+    files = [tmp_path / f"c{i}" for i in range(5)]
+    for i, f in enumerate(files):
+        f.write_text(f"{i}\n")
+    paths = [str(f) for f in files]
+    reader = PinnedReader(pinnable=lambda _: True)
+    assert reader.read_many(paths) == [f"{i}\n" for i in range(5)] and reader.pinned == 5
+    reader.forget([paths[1], paths[3]])  # as the refresh does
+    singles: list[str] = []
+    one = reader.read
+
+    def read(path: str) -> str | None:
+        singles.append(path)
+        return one(path)
+
+    reader.read = read  # type: ignore[method-assign]
+    for i, f in enumerate(files):
+        f.write_text(f"{i + 10}\n")
+    assert reader.read_many(paths) == [f"{i + 10}\n" for i in range(5)]
+    assert singles == [paths[1], paths[3]] and reader.pinned == 5
+    singles.clear()
+    assert reader.read_many(paths) == [f"{i + 10}\n" for i in range(5)] and singles == []

@@ -10,8 +10,7 @@ field to different values: no order between them would be honest, so that is an 
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +33,11 @@ class Rendered:
     doc: Document
     data: dict[str, Any]
     incomplete: bool = False  # some entry lacks a required field that another document must supply
+    # _origins_of results by document path: a Rendered is cached with its document across reloads
+    # (pipeline.prepare), so an unchanged document (the built-in layer) is located once, not per merge.
+    origins: dict[JsonPath, tuple[tuple[JsonPath, Location], ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -80,17 +84,34 @@ class Merged:
         return loc if loc is not None else Location("<merged policy>", 0, 0, "$.spec")
 
 
-def _origins_of(r: Rendered, base: JsonPath, value: Any) -> Iterator[tuple[JsonPath, Location]]:
-    """Every node below ``value`` (at document path ``base``) with its location, relative to base."""
+def _origins_of(r: Rendered, base: JsonPath, value: Any) -> tuple[tuple[JsonPath, Location], ...]:
+    """Every node below ``value`` (the document's value at ``base``) with its location, relative to
+    base. Memoized on ``r``: its data never changes once rendered (merge copies what it keeps)."""
+    cached = r.origins.get(base)
+    if cached is not None:
+        return cached
+    out: list[tuple[JsonPath, Location]] = []
     stack: list[tuple[JsonPath, Any]] = [((), value)]
     while stack:
         rel, v = stack.pop()
         # Containers are located at their key ("when:"), scalars at the value itself.
-        yield rel, r.doc.position((*base, *rel), prefer_key=isinstance(v, dict | list))
+        out.append((rel, r.doc.position((*base, *rel), prefer_key=isinstance(v, dict | list))))
         if isinstance(v, dict):
             stack.extend(((*rel, k), sub) for k, sub in v.items())
         elif isinstance(v, list):
             stack.extend(((*rel, i), sub) for i, sub in enumerate(v))
+    cached = r.origins[base] = tuple(out)
+    return cached
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of rendered JSON data (dicts, lists, scalars), several times faster than
+    copy.deepcopy, which a reload spent most of its merge in."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
 
 
 UNION_KEYS = frozenset({"when", "clearWhen", "from", "cpus", "target"})
@@ -122,18 +143,18 @@ def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, r
         path = (*rel, key)
         current = target.get(key)
         if isinstance(value, dict) and isinstance(current, dict) and not atomic(path, current, value):
-            entry.origins[path] = r.doc.position((*base, *path), prefer_key=True)
+            entry.origins[path] = _origins_of(r, (*base, *path), value)[0][1]  # the mapping's own key
             _overlay(entry, value, r, base, path)
             continue
         for old in [p for p in entry.origins if p[: len(path)] == path]:
             del entry.origins[old]
-        target[key] = copy.deepcopy(value)
+        target[key] = _copy(value)
         for sub, loc in _origins_of(r, (*base, *path), value):
             entry.origins[(*path, *sub)] = loc
 
 
 def _new_entry(value: dict[str, Any], r: Rendered, base: JsonPath) -> _Entry:
-    return _Entry(copy.deepcopy(value), dict(_origins_of(r, base, value)), [r.doc.name])
+    return _Entry(_copy(value), dict(_origins_of(r, base, value)), [r.doc.name])
 
 
 def merge(rendered: list[Rendered]) -> Merged:

@@ -53,7 +53,7 @@ REFERENCE_NODE = NodeInfo(
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """A build allocates many small containers that all live until it ends; letting the cyclic
     collector scan them over and over costs up to half of a large build, and finds nothing."""
     was_enabled = gc.isenabled()
@@ -70,7 +70,7 @@ def load_documents(paths: Iterable[Path], builtin: bool = True) -> list[Document
 
     Every file is read even when an earlier one fails, so all parse errors come out in one run.
     """
-    with _gc_paused():
+    with gc_paused():
         return _load_documents(paths, builtin)
 
 
@@ -192,7 +192,7 @@ def _has_template(value: Any) -> bool:
 
 def build_policy(docs: list[Document], node: NodeInfo) -> Policy:
     """The policy generation for ``node``; raises PolicyError with every problem found."""
-    with _gc_paused():
+    with gc_paused():
         return _build_policy(docs, node)
 
 
@@ -300,7 +300,7 @@ def validate(docs: list[Document], node: NodeInfo | None = None) -> list[Problem
     the variant's labels. If the selectors distinguish more than MAX_VARIANTS label sets, each
     document is checked on a node its own selector selects, together with whatever else applies there.
     """
-    with _gc_paused():
+    with gc_paused():
         return _validate(docs, node)
 
 

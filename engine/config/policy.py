@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 
 def freeze(value: Any) -> Any:
     """Deep read-only copy of JSON data: mappings become MappingProxyType, lists become tuples."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value  # most of a spec: no ABC check for them (a reload freezes the whole spec)
+    if kind is dict:
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
     if isinstance(value, Mapping):
         return MappingProxyType({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list | tuple):

@@ -4,6 +4,7 @@ the pure tick (generations, write-ahead state, signals)."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import signal
 import sys
 import threading
@@ -308,6 +309,11 @@ class Daemon:
             next_at = self.clock()
             while not self.stop.is_set():
                 self.tick()
+                if self.ticks == 1 and not self.config.once:
+                    # What start-up built (modules, the first generation, the collector's caches)
+                    # lives as long as the process: the cyclic collector stops re-scanning it.
+                    gc.collect()
+                    gc.freeze()
                 if self.config.once:
                     break
                 next_at += self.config.interval

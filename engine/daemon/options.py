@@ -84,7 +84,7 @@ def add_parser(sub: Any) -> None:
         "--reload-debounce",
         type=duration(0.0, 60.0),
         default="50ms",
-        help="quiet time after a rule file event, up to 1m (default 50ms)",
+        help="quiet time after a rule file event, up to 1m (default 50ms; none for a ConfigMap ..data swap)",
     )
     k = r.add_argument_group(
         "Kubernetes mode",

@@ -62,6 +62,7 @@ class CollectorSource:
     def __init__(self, collector: NodeCollector, adapter: CgroupAdapter | None = None):
         self.collector = collector
         self.adapter = adapter
+        self._tracked: tuple[tuple[Any, ...], tuple[tuple[str, str], ...]] = ((), ())  # intents, pairs
         collector.prime()
 
     def collect(self) -> Snapshot:
@@ -79,9 +80,11 @@ class CollectorSource:
         return self.adapter.observe(wanted, self.collector.weight_formula)
 
     def applied(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
-        self.collector.track(
-            (i.path, i.file) for i in result.evaluation.intents if isinstance(i, CgroupIntent)
-        )
+        intents = result.evaluation.intents
+        if intents != self._tracked[0]:  # else the same pairs object: the collector skips them
+            pairs = tuple((i.path, i.file) for i in intents if isinstance(i, CgroupIntent))
+            self._tracked = (intents, pairs)
+        self.collector.track(self._tracked[1])
         for o in outcomes:
             op = getattr(o, "op", None)
             if not isinstance(op, WriteCgroup):

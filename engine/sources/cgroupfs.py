@@ -100,14 +100,18 @@ def parse_stat_keys(text: str, keys: Mapping[str, str]) -> dict[str, int]:
     return out
 
 
+_USAGE_PARTS = frozenset({"inactive_anon", "active_anon", "unevictable"})
+_MEMORY_FACTS = tuple((key, f"memory.{key}_bytes") for key in ("rss", "cache", "shmem", "inactive_file"))
+
+
 def memory_facts(stat: Mapping[str, int], usage: int | None) -> dict[str, float]:
     """Flat memory facts from a normalized memory.stat (see the module docstring)."""
     out: dict[str, float] = {}
-    if {"inactive_anon", "active_anon", "unevictable"} <= stat.keys():
+    if stat.keys() >= _USAGE_PARTS:
         out["memory.usage_bytes"] = float(stat["inactive_anon"] + stat["active_anon"] + stat["unevictable"])
-    for key in ("rss", "cache", "shmem", "inactive_file"):
+    for key, name in _MEMORY_FACTS:
         if key in stat:
-            out[f"memory.{key}_bytes"] = float(stat[key])
+            out[name] = float(stat[key])
     if usage is not None:
         out["memory.working_set_bytes"] = float(max(usage - stat.get("inactive_file", 0), 0))
     return out
@@ -129,7 +133,7 @@ class _Prev:
     """Per cgroup: the previous counters, the last memory facts, its file names and its memory
     phase (built once)."""
 
-    __slots__ = ("at", "cpu", "files", "memory", "periods", "phase", "rate", "seen", "throttled")
+    __slots__ = ("at", "cpu", "files", "memory", "periods", "phase", "rate", "throttled")
 
     def __init__(self, files: tuple[str, ...], phase: int) -> None:
         self.files = files
@@ -140,7 +144,6 @@ class _Prev:
         self.periods: int | None = None
         self.throttled: int | None = None
         self.memory: dict[str, float] | None = None
-        self.seen = -1
 
 
 class CgroupMetrics:
@@ -166,14 +169,12 @@ class CgroupMetrics:
         CPU counter is unreadable) or its memory files are, so a vanished workload never carries
         stale memory."""
         out: dict[str, dict[str, Any]] = {}
-        known = self._prev
         every = self.options.memory_every
         cgroups, counter_files = self._batch_of(paths)
         if self.fs.version == 1 and not self.options.throttling:
             # The common case, one counter file per cgroup: every counter is read in one batch.
             counters = _ints(read_many(self.reader, counter_files))
             for (path, prev), counter in zip(cgroups, counters, strict=True):
-                prev.seen = tick
                 due = every <= 1 or prev.memory is None or (tick + prev.phase) % every == 0
                 memory = self._v1_memory(prev) if due else None
                 if memory is not None:
@@ -189,7 +190,6 @@ class CgroupMetrics:
         else:
             v2 = self.fs.version == 2
             for path, prev in cgroups:
-                prev.seen = tick
                 due = every <= 1 or prev.memory is None or (tick + prev.phase) % every == 0
                 facts = {}
                 sample_one = self._v2 if v2 else self._v1
@@ -203,14 +203,6 @@ class CgroupMetrics:
                     facts.update(prev.memory)
                 if facts:
                     out[path] = facts
-        if len(known) > len(cgroups):  # forget cgroups that are gone, and their open files
-            gone = [p for p, v in known.items() if v.seen != tick]
-            if gone:
-                forget = getattr(self.reader, "forget", None)
-                for path in gone:
-                    if forget is not None:
-                        forget(known[path].files)
-                    del known[path]
         return out
 
     def _batch_of(self, paths: Sequence[str]) -> tuple[list[tuple[str, _Prev]], list[str]]:
@@ -233,6 +225,12 @@ class CgroupMetrics:
                 phase = zlib.crc32(path.encode()) % every if every > 1 else 0
                 prev = known[path] = _Prev(self._files(path), phase)
             cgroups.append((path, prev))
+        if len(known) > len(cgroups):  # forget cgroups no longer sampled, and their open files
+            forget = getattr(self.reader, "forget", None)
+            for path in [p for p in known if p not in listed]:
+                if forget is not None:
+                    forget(known[path].files)
+                del known[path]
         files = [prev.files[0] for _, prev in cgroups]
         self._batch = (paths, cgroups, files)
         return cgroups, files

@@ -322,6 +322,9 @@ class NodeCollector:
         self._tracked: dict[tuple[str, str], int] = {}
         self._tracked_version = 0  # bumped when a pair starts or stops being tracked
         self._oldest_track = 0  # no tracked pair was last tracked before this tick
+        # The last pairs tuple given to track() and the tick of the latest call with that very
+        # object; its pairs' stamps in _tracked are renewed lazily (_restamp).
+        self._steady: tuple[tuple[tuple[str, str], ...], int] = ((), 0)
         # The observed pairs and the cgroup paths sampled, kept while workloads and tracking stay
         # the same (the Observer recognizes an unchanged list by identity).
         self._pairs: tuple[Any, tuple[tuple[str, str], ...]] | None = None
@@ -396,12 +399,24 @@ class NodeCollector:
         """Observe these (cgroup path, file) pairs in the next snapshots (e.g. the files the last
         plan manages), so the planner diffs against the kernel and a steady state writes nothing."""
         tick = self.ticks
+        if isinstance(pairs, tuple) and pairs is self._steady[0]:
+            # The same pairs as last time (a steady daemon): their stamps are renewed when the
+            # expiry scan needs them (_observed_pairs), not a thousand dict stores every tick.
+            self._steady = (pairs, tick)
+            return
+        self._restamp()
         tracked = self._tracked
         before = len(tracked)
-        for pair in pairs:
-            tracked[pair] = tick
+        tracked.update(dict.fromkeys(pairs, tick))
         if len(tracked) != before:
             self._tracked_version += 1
+        self._steady = (pairs, tick) if isinstance(pairs, tuple) else ((), 0)
+
+    def _restamp(self) -> None:
+        """Give the pairs of the last steady track() calls the tick of the latest one."""
+        pairs, tick = self._steady
+        if pairs:
+            self._tracked.update(dict.fromkeys(pairs, tick))
 
     def note_written(self, path: str, file: str, value: str) -> None:
         """The adapter wrote ``value``: report it until the file is re-read (with observe_every > 1)."""
@@ -578,6 +593,7 @@ class NodeCollector:
         neither changed."""
         ttl = self.options.track_ttl
         if tick - self._oldest_track > ttl:  # else nothing can have expired: skip the scan
+            self._restamp()
             expired = [pair for pair, last in self._tracked.items() if tick - last > ttl]
             if expired:
                 for pair in expired:

@@ -193,17 +193,19 @@ class PinnedReader:
         return data.decode("latin-1")
 
     def read_many(self, paths: Sequence[str]) -> list[str | None]:
-        """The texts of ``paths``. When all are pinned (a steady tick) they are read by C-level
-        ``map`` calls, one ``pread`` each; otherwise, or if any read fails, file by file."""
+        """The texts of ``paths``. The pinned ones are read by C-level ``map`` calls, one ``pread``
+        each, and the others (new files, and the few descriptors the refresh lets go every tick,
+        so nearly every tick has some) file by file, which pins them. If a batched read fails (a
+        cgroup went away) or a file is longer than one chunk, every file is read file by file."""
         fds = list(map(self._pinned.get, paths))
         if None not in fds:
-            try:
-                data = list(map(os.pread, fds, repeat(CHUNK), repeat(0)))  # type: ignore[arg-type]
-            except OSError:  # a cgroup went away: the file-by-file path unpins and reports it
-                data = []
-            if data and max(map(len, data)) < CHUNK:
-                return list(map(bytes.decode, data, repeat("latin-1")))
-        return [self.read(p) for p in paths]
+            texts = _preads(fds)  # type: ignore[arg-type]
+            return texts if texts is not None else [self.read(p) for p in paths]
+        texts = _preads([fd for fd in fds if fd is not None])
+        if texts is None:
+            return [self.read(p) for p in paths]
+        batch = iter(texts)
+        return [self.read(p) if fd is None else next(batch) for p, fd in zip(paths, fds, strict=True)]
 
     def _may_pin(self, path: str) -> bool:
         if self._pinnable is not None:
@@ -241,6 +243,18 @@ class PinnedReader:
 
     def close(self) -> None:
         _close_all(self._pinned)
+
+
+def _preads(fds: list[int]) -> list[str | None] | None:
+    """One ``pread`` at offset 0 per descriptor, without a Python frame per file; None when one
+    fails (the file-by-file path unpins and reports it) or fills a whole chunk (read to EOF there)."""
+    try:
+        data = list(map(os.pread, fds, repeat(CHUNK), repeat(0)))
+    except OSError:
+        return None
+    if data and max(map(len, data)) >= CHUNK:
+        return None
+    return list(map(bytes.decode, data, repeat("latin-1")))
 
 
 def _rest(fd: int, first: bytes) -> bytes:

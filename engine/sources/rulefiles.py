@@ -19,6 +19,11 @@ shared/reference/ecosystem.md section 4.4):
   the paths expand to (engine.config.load.expand_paths, the loader's own expansion), compared with
   the last hash reported: a touch or an identical re-save calls nothing, and the bursts of an
   editor's save or of a ConfigMap swap call once (debounce, see ``RuleFileWatcher``).
+* Except one event: the rename of ``..data`` into place (or its creation as a link) is a
+  ConfigMap update's atomic switch. kubelet wrote the payload and the links to new keys before
+  it, so the new content is complete at that instant, and waiting would only add latency: the
+  check runs at once. The swap's other events (the payload directory's creation before, the old
+  one's removal after) are covered by that check or make a check that finds nothing new.
 * Events get lost: the inotify queue overflows, the watch limit is reached, a watched directory is
   deleted and recreated (a watch follows an inode, not a name), a bug kills watchdog's thread. A
   periodic full re-read (the backstop) runs the same check and first repairs the watches and, if
@@ -143,6 +148,14 @@ class _Handler:
             log.exception("rule file event handling failed", extra={"fields": {"event": repr(event)}})
 
 
+def _switches_data(event: Any) -> bool:
+    """A ConfigMap update's atomic switch: ``..data`` renamed into place (kubelet renames
+    ``..data_tmp`` over it) or created as a link; see the module docstring."""
+    if event.event_type == "moved":
+        return os.path.basename(_decode(event.dest_path)) == DATA_LINK
+    return event.event_type == "created" and os.path.basename(_decode(event.src_path)) == DATA_LINK
+
+
 def content_hash(paths: Sequence[Path]) -> tuple[str, tuple[str, ...]]:
     """sha256 over every rule file ``paths`` expand to, exactly as the loader expands them
     (expand_paths: named files, rule files below directories, hidden and editor files skipped):
@@ -185,6 +198,7 @@ class RuleFileWatcher:
     tool rewriting a file in a loop) postpones the check at most this long after a burst's start.
     ``backstop`` (seconds, default 60): period of the full re-read that catches what events missed
     (queue overflow, watch limit, a directory replaced, a dead observer) and repairs the watches.
+    A ConfigMap ``..data`` switch skips the debounce (module docstring).
     """
 
     def __init__(
@@ -216,6 +230,7 @@ class RuleFileWatcher:
         self._lifecycle = threading.Lock()
         # Guarded by _cond:
         self._deadline: float | None = None  # when the debounced check is due
+        self._switched = False  # a ..data switch is waiting for its (immediate) check
         self._burst_start: float | None = None
         self._trigger: str | None = None  # the last relevant event, for the log
         self._rescan = False
@@ -333,6 +348,17 @@ class RuleFileWatcher:
             self._rescan = True
             self._cond.notify_all()
 
+    def scheduled(self) -> float | None:
+        """Seconds until the check that the events seen so far scheduled (0 or less: due now);
+        None when every event seen is covered by a check."""
+        with self._cond:
+            return None if self._deadline is None else self._deadline - time.monotonic()
+
+    def wait_pending(self, timeout: float | None = None) -> bool:
+        """Block until an event schedules a check (see ``scheduled``); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._deadline is not None, timeout)
+
     def watches(self) -> list[tuple[str, bool]]:
         """The directories watched now, as (path, recursive)."""
         with self._cond:
@@ -347,7 +373,11 @@ class RuleFileWatcher:
         with self._cond:
             if self._burst_start is None:
                 self._burst_start = now
-            self._deadline = min(now + self.debounce, self._burst_start + self.max_delay)
+            if _switches_data(event):
+                self._switched = True
+                self._deadline = now
+            elif not self._switched:  # a later event must not postpone the switch's check
+                self._deadline = min(now + self.debounce, self._burst_start + self.max_delay)
             self._trigger = _describe(event)
             self._cond.notify_all()
 
@@ -426,6 +456,7 @@ class RuleFileWatcher:
                     self._cond.wait(wake - now)
                 # A check covers every event seen so far, whatever triggered it.
                 self._deadline = self._burst_start = None
+                self._switched = False
                 trigger, self._trigger = self._trigger, None
             # Every check is a full re-read and repairs the watches, so it also restarts the period.
             next_backstop = time.monotonic() + self.backstop

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
+from fnmatch import fnmatchcase, translate
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -257,8 +259,10 @@ def _matches(pattern: Sequence[str], parts: Sequence[str]) -> bool:
     return len(pattern) == len(parts) and all(fnmatchcase(p, g) for p, g in zip(parts, pattern, strict=True))
 
 
-def discover(base: str, patterns: Sequence[Sequence[str]]) -> list[str]:
-    """Cgroup paths below ``base`` that match any pattern (per component; symlinks are not followed)."""
+def discover(base: str, patterns: Sequence[Sequence[str]], kinds: Kinds | None = None) -> list[str]:
+    """Cgroup paths below ``base`` that match any pattern (per component; symlinks are not followed).
+    ``kinds`` remembers which names are directories between calls (see ``Kinds``)."""
+    kinds = kinds if kinds is not None else Kinds()
     found: set[str] = set()
     for pattern in patterns:
         level = [""]
@@ -271,15 +275,61 @@ def discover(base: str, patterns: Sequence[Sequence[str]]) -> list[str]:
                         nxt.append(f"{rel}/{glob}" if rel else glob)
                     continue
                 try:
-                    with os.scandir(directory) as it:
-                        for entry in it:
-                            if entry.is_dir(follow_symlinks=False) and fnmatchcase(entry.name, glob):
-                                nxt.append(f"{rel}/{entry.name}" if rel else entry.name)
+                    names = set(filter(_glob(glob), os.listdir(directory)))
                 except OSError:
                     continue
+                subdirs = kinds.subdirectories(directory, names)
+                nxt.extend(map(f"{rel}/".__add__, subdirs) if rel else subdirs)
             level = nxt
-        found.update(p for p in level if p)
+        found.update(level)
+    found.discard("")  # an empty pattern names the base itself, which is no workload
     return sorted(found)
+
+
+class Kinds:
+    """Which names of a directory are subdirectories (not following symlinks), learned once per
+    name. Discovery lists the workload directories every tick, and the names that matter rarely
+    change: only a name not seen before costs an ``lstat``; the rest is set arithmetic, with no
+    Python frame per entry. A cgroup hierarchy never turns a name into another kind (only
+    directories can be created in it). Elsewhere (a test tree) a name deleted and recreated as
+    another kind between two listings changes the directory's mtime, and then the directory is
+    learned again; so is every directory every ``relearn`` calls, for timestamps too coarse to
+    tell."""
+
+    def __init__(self, relearn: int = 64) -> None:
+        self.relearn = max(relearn, 1)
+        self.calls = 0
+        # directory -> (its mtime when learned, subdirectories, other names)
+        self._known: dict[str, tuple[int, set[str], set[str]]] = {}
+
+    def subdirectories(self, directory: str, names: set[str]) -> set[str]:
+        """The subdirectories among ``names`` (entries of ``directory`` listed just now)."""
+        self.calls += 1
+        if self.calls % self.relearn == 0:
+            self._known.clear()
+        try:
+            mtime = os.stat(directory).st_mtime_ns
+        except OSError:
+            return set()
+        known = self._known.get(directory)
+        if known is None or known[0] != mtime:
+            known = self._known[directory] = (mtime, set(), set())
+        _, dirs, others = known
+        dirs &= names  # forget what is gone: a name that comes back is learned again
+        others &= names
+        for name in names - dirs - others:
+            try:
+                mode = os.lstat(f"{directory}/{name}").st_mode
+            except OSError:
+                continue  # gone since the listing
+            (dirs if stat.S_ISDIR(mode) else others).add(name)
+        return dirs & names
+
+
+@cache
+def _glob(pattern: str) -> Callable[[str], re.Match[str] | None]:
+    """fnmatchcase's test for one pattern, compiled once (patterns come from the configuration)."""
+    return re.compile(translate(pattern)).match
 
 
 def kube_qos(requests: Mapping[str, float], limits: Mapping[str, float]) -> str:
@@ -310,18 +360,21 @@ class StandaloneSource:
             ctl = next((c for c in ("cpu", "cpuacct", "memory") if c in fs.v1), "cpu")
             self.base = fs.dir("", ctl)
         self._known: dict[str, Workload] = {}
+        self._paths: list[str] = []  # what discover() found when _last was made
+        self._kinds = Kinds()
         self._last: tuple[Workload, ...] = ()
 
     def workloads(self) -> tuple[Workload, ...]:
-        paths = discover(self.base, self.roots)
-        known = self._known
-        if len(paths) == len(self._last) and all(p in known for p in paths):
+        paths = discover(self.base, self.roots, self._kinds)
+        if paths == self._paths:
             return self._last  # the steady state: same cgroups, same tuple
+        known = self._known
         fresh: dict[str, Workload] = {}
         for rel in paths:
             w = known.get(rel)
             fresh[rel] = w if w is not None else self.build(rel)
         self._known = fresh
+        self._paths = paths
         self._last = tuple(fresh.values())
         return self._last
 
