@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 from engine.cgroups.weight import WeightFormula
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
+from engine.features.eviction.pressure_spec import Pressure
+from engine.features.pools.spec import Pool
+from engine.features.reclaim.spec import Reclaim
 from engine.features.rules.conditions import Condition
 
 if TYPE_CHECKING:
@@ -138,117 +141,6 @@ class Enhancement:
     effect: str | None
     effect_value: Any
     origin: Location
-
-
-@dataclass(frozen=True)
-class Pool:
-    name: str
-    kind: str | None
-    static_cpus: frozenset[int] | None
-    static_count: int | None
-    from_requests: float | None
-    remainder: bool
-    per_container: bool
-    min: int | None
-    max: int | None
-    template: bool
-    placement: str | None
-    per_numa: bool
-    ht_policy: str | None
-    order: str
-    origin: Location
-
-
-@dataclass(frozen=True)
-class ReclaimHeadroom:
-    """Parameters of the `headroom` reclaim policy (Katalyst's canonical headroom), Katalyst's defaults.
-
-    ``reserved_for_allocate``, ``usage_factor`` and ``fallback`` default per resource (cpu: 4 cores,
-    x1.25, 4 cores; memory: 5Gi, x1.1, 8Gi), so compile always fills them. The util_* fields are
-    cpuHeadroomConfig.utilBasedConfig (cpu) and memoryHeadroomConfig.utilBasedConfig (memory); both
-    are off in Katalyst."""
-
-    reserved_for_allocate: float
-    usage_factor: float
-    fallback: float
-    system_factor: float = 1.0  # memory: system_cores containers count rss x this
-    util_based: bool = False
-    target_utilization: float = 0.6  # cpu
-    max_utilization: float = 0.0  # cpu; 0 = never correct downwards
-    max_oversold_rate: float = 1.2  # cpu
-    max_headroom_capacity_rate: float = 1.0  # cpu
-    free_based_ratio: float = 0.6  # memory
-    static_based_capacity: float = float(20 << 30)  # memory
-    cache_based_ratio: float = 0.0  # memory
-    cpu_mem_ratio_lower: float = 1.0 / 6.0  # memory: cores per GiB
-    cpu_mem_ratio_upper: float = 1.0 / 3.5  # memory
-
-
-@dataclass(frozen=True)
-class ReclaimResource:
-    policy: str
-    threshold_percent: float | None
-    max_percent: float | None
-    min: float | None
-    max: float | None
-    reserved_for_report: float | None
-    min_report: float | None
-    min_ignored: float | None
-    publish_as: str | None
-    smoothing_window: float | None
-    smoothing_agg: str
-    min_step: float | None
-    max_step: float | None
-    # usage policy: classes whose request, not usage, counts as used (Koordinator: LSE lends no CPU).
-    request_as_usage: frozenset[str] = frozenset()
-    headroom: ReclaimHeadroom | None = None  # set when policy is "headroom"
-
-
-DEFAULT_MAX_INTERVAL = 300.0  # Koordinator's updateTimeThresholdSeconds
-
-
-@dataclass(frozen=True)
-class ReclaimUpdate:
-    """spec.reclaim.update: Koordinator's node update gate. Published resources change on the Node
-    only when one of them moved by more than ``diff_threshold`` of its last published value (or
-    appeared or disappeared), or ``max_interval`` seconds after the last update."""
-
-    diff_threshold: float
-    max_interval: float
-
-
-@dataclass(frozen=True)
-class Reclaim:
-    enabled: bool
-    cpu: ReclaimResource | None
-    memory: ReclaimResource | None
-    degrade_after: float | None
-    report_interval: float | None
-    update: ReclaimUpdate | None = None
-
-
-@dataclass(frozen=True)
-class Pressure:
-    """spec.pressure: parameters of the engine-computed memory pressure facts, Katalyst's defaults.
-
-    The NUMA watermark counter (numa_*) steps once per ``numa_interval``; system memory pressure
-    combines the free-memory watermark with workload memory PSI (psi_*). ``psi_pod_classes`` None
-    means every class whose cpu policy is shared or exclusive (Katalyst: shared and dedicated cores)."""
-
-    numa_interval: float = 5.0
-    numa_reclaimed_times: int = 6
-    numa_times: int = 12
-    numa_fast_wait: int = 1
-    watermark_scale_factor: float = 10.0
-    system_free_minimum: float = 0.0
-    psi_enabled: bool = True
-    psi_some: int = 15
-    psi_full: int = 4
-    psi_duration: float = 15.0
-    psi_min_pods: int = 3
-    psi_min_pod_pressure: int = 1
-    psi_pod_classes: tuple[str, ...] | None = None
-    psi_reset_when_below: bool = False
 
 
 @dataclass(frozen=True)
