@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, cast, get_args
 
+from engine.cgroups.files import host_files
 from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA, WeightFormula, weight_to_shares
 from engine.config.policy import Policy, QoSClass
 from engine.config.render import RenderError
@@ -131,6 +132,11 @@ class PodOomPriority:
         if self.ignored:
             out["ignored"] = True
         return out
+
+
+def _file_on(v1_file: str, version: int) -> str:
+    """``v1_file``'s name on cgroup ``version``, from the one v1 <-> v2 table (engine/cgroups/files.py)."""
+    return host_files(v1_file, version)[0]
 
 
 def kube_qos_dirs(w: Workload) -> tuple[str, str] | None:
@@ -219,13 +225,13 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
         if cpu.idle is True:
             inputs["shares"] = "not written: an idle group's weight is fixed by the kernel (cpu.idle 1)"
         else:
-            file = "cpu.weight" if version == 2 else "cpu.shares"
+            file = _file_on("cpu.shares", 2 if version == 2 else 1)
             pod.append((file, _share_knob(file, share_key, share, formula)))
             knobs_seen.append(share)
             if file == "cpu.weight" or share_key == "weight":
                 inputs["weightFormula"] = formula
     if cpu.cfs_quota is not None:
-        file = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
+        file = _file_on("cpu.cfs_quota_us", 2 if version == 2 else 1)
         fn = _normalise(file, compile_knob(file, cpu.cfs_quota, weight_formula=formula))
         pod.append((file, fn))
         ctr.append((file, fn))
@@ -237,7 +243,7 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
         pod.append((bfile, fn))
         ctr.append((bfile, fn))
         knobs_seen.append(cpu.burst)
-    limit_file = "memory.limit_in_bytes" if version == 1 else "memory.max"
+    limit_file = _file_on("memory.limit_in_bytes", 1 if version == 1 else 2)
     skipped: list[str] = []
     for knob, file in (
         (memory.min, "memory.min"),
