@@ -25,6 +25,7 @@ from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
 from engine.config.policy import (
+    EFFECTS,
     Action,
     DocumentRef,
     Enhancement,
@@ -67,25 +68,7 @@ from engine.model.units import parse_duration, parse_quantity
 
 EXPR_VARIABLES = frozenset({"pod", "container", "node"})
 
-EFFECT_TYPES: dict[str, tuple[str, ...]] = {
-    "cpu.numaBinding": ("bool",),
-    "cpu.numaExclusive": ("bool",),
-    "cpu.numaShare": ("bool",),
-    "cpu.alignBySocket": ("bool",),
-    "cpu.distributeEvenlyAcrossNuma": ("bool",),
-    "cpu.fullPCPUsPairing": ("bool",),
-    "eviction.softEvictNotify": ("bool",),
-    "cpu.pool": ("string",),
-    "cpu.burstPolicy": ("string",),
-    "cpu.numaIds": ("string",),
-    "memory.qos": ("string",),
-    "cpu.numaNumber": ("integer",),
-    "oomPriority": ("integer", "number"),
-    "cpu.burstPercent": ("number", "integer"),
-    "cpu.burstThreshold": ("number", "integer"),
-    "eviction.suppressionToleranceRate": ("number", "integer"),
-    "eviction.rssOveruseThreshold": ("number", "integer"),
-}
+EFFECT_TYPES = {name: types for name, (_field, types) in EFFECTS.items()}
 
 
 # The most firings a rule's perWindow may allow (one timestamp each is kept per rule).

@@ -20,6 +20,7 @@ from engine.features.eviction.pressure_spec import Pressure
 from engine.features.pools.spec import Pool
 from engine.features.reclaim.spec import Reclaim
 from engine.features.rules.conditions import Condition
+from engine.model.units import int_or_none
 
 if TYPE_CHECKING:
     # Typing only: the features' spec modules import this one (no cycle at run time).
@@ -141,6 +142,88 @@ class Enhancement:
     effect: str | None
     effect_value: Any
     origin: Location
+
+
+# Each enhancement effect target (``effect.set``): the ``Effects`` field it sets and the value types
+# it takes (compile checks an enhancement's type or effect.value against them).
+EFFECTS: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "cpu.numaBinding": ("numa_binding", ("bool",)),
+        "cpu.numaExclusive": ("numa_exclusive", ("bool",)),
+        "cpu.numaShare": ("numa_share", ("bool",)),
+        "cpu.alignBySocket": ("align_by_socket", ("bool",)),
+        "cpu.distributeEvenlyAcrossNuma": ("distribute_evenly_across_numa", ("bool",)),
+        "cpu.fullPCPUsPairing": ("full_pcpus_pairing", ("bool",)),
+        "eviction.softEvictNotify": ("soft_evict_notify", ("bool",)),
+        "cpu.pool": ("pool", ("string",)),
+        "cpu.burstPolicy": ("burst_policy", ("string",)),
+        "cpu.numaIds": ("numa_ids", ("string",)),
+        "memory.qos": ("memory_qos", ("string",)),
+        "cpu.numaNumber": ("numa_number", ("integer",)),
+        "oomPriority": ("oom_priority", ("integer", "number")),
+        "cpu.burstPercent": ("burst_percent", ("number", "integer")),
+        "cpu.burstThreshold": ("burst_threshold", ("number", "integer")),
+        "eviction.suppressionToleranceRate": ("suppression_tolerance_rate", ("number", "integer")),
+        "eviction.rssOveruseThreshold": ("rss_overuse_threshold", ("number", "integer")),
+    }
+)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What a workload's enhancements set (``effect.set`` of each it carries), typed: the classifier
+    builds it once per workload object, so tick code reads fields, never an effect by its name.
+    Absent effects are None (False for flags); the feature's own default then applies."""
+
+    numa_binding: bool = False
+    numa_exclusive: bool = False
+    numa_share: bool = False
+    align_by_socket: bool = False
+    distribute_evenly_across_numa: bool = False
+    full_pcpus_pairing: bool = False
+    soft_evict_notify: bool = False
+    pool: str | None = None
+    burst_policy: str | None = None
+    numa_ids: str | None = None
+    memory_qos: str | None = None
+    numa_number: int | None = None
+    oom_priority: int | None = None
+    burst_percent: float | None = None
+    burst_threshold: float | None = None
+    suppression_tolerance_rate: float | None = None
+    rss_overuse_threshold: float | None = None
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Effects:
+        """From effect target -> value (compile has checked each value's type against ``EFFECTS``)."""
+        v = {EFFECTS[name][0]: value for name, value in values.items()}
+        return cls(
+            numa_binding=bool(v.get("numa_binding", False)),
+            numa_exclusive=bool(v.get("numa_exclusive", False)),
+            numa_share=bool(v.get("numa_share", False)),
+            align_by_socket=bool(v.get("align_by_socket", False)),
+            distribute_evenly_across_numa=bool(v.get("distribute_evenly_across_numa", False)),
+            full_pcpus_pairing=bool(v.get("full_pcpus_pairing", False)),
+            soft_evict_notify=bool(v.get("soft_evict_notify", False)),
+            pool=_text(v.get("pool")),
+            burst_policy=_text(v.get("burst_policy")),
+            numa_ids=_text(v.get("numa_ids")),
+            memory_qos=_text(v.get("memory_qos")),
+            numa_number=int_or_none(v.get("numa_number")),
+            oom_priority=None if v.get("oom_priority") is None else int(v["oom_priority"]),
+            burst_percent=_number(v.get("burst_percent")),
+            burst_threshold=_number(v.get("burst_threshold")),
+            suppression_tolerance_rate=_number(v.get("suppression_tolerance_rate")),
+            rss_overuse_threshold=_number(v.get("rss_overuse_threshold")),
+        )
 
 
 @dataclass(frozen=True)

@@ -449,7 +449,7 @@ class ClassKnobStep:
         memo: dict[int, _Memo],
     ) -> _PodResult:
         plan = self.plan(cls, version)
-        policy = c.effects.get("cpu.burstPolicy") or plan.burst_policy
+        policy = c.effects.burst_policy or plan.burst_policy
         quotas = self._observed_quotas(w, snap, version) if policy == "static" else ()
         key = (
             version,
@@ -553,7 +553,7 @@ class ClassKnobStep:
         and dynamic leave the file alone."""
         if policy not in get_args(KatalystBurstPolicy):
             return []  # an enhancement's value list admits only Katalyst's four policies
-        percent = float(c.effects.get("cpu.burstPercent", plan.burst_percent))
+        percent = float(plan.burst_percent if c.effects.burst_percent is None else c.effects.burst_percent)
         out: list[CgroupIntent] = []
         for i, ctr in enumerate(containers):
             observed = quotas[i] if i < len(quotas) else None
@@ -672,10 +672,10 @@ class ClassKnobStep:
     # ---------------------------------------------------------------- OOM priority
 
     def _oom(self, w: Workload, c: Classified, cls: QoSClass) -> PodOomPriority | None:
-        value = c.effects.get("oomPriority")
+        value = c.effects.oom_priority
         if value is not None:
             name = next((n for n in self._oom_sources if n in c.enhancements), "oomPriority")
-            return PodOomPriority(w.uid, w.key, cls.name, int(value), f"enhancement {name}")
+            return PodOomPriority(w.uid, w.key, cls.name, value, f"enhancement {name}")
         if cls.oom_priority.default is None:
             return None
         return PodOomPriority(w.uid, w.key, cls.name, cls.oom_priority.default, "class default")
