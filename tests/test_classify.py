@@ -121,7 +121,9 @@ def test_classification_is_cached_per_workload_object(katalyst: Classifier) -> N
 def test_every_effect_the_schema_accepts_has_a_typed_field() -> None:
     """Tick code reads ``Classified.effects`` by field: each ``effect.set`` name the schema accepts
     maps to exactly one field of ``Effects``, and every field is some effect's."""
-    schema = json.loads((Path(__file__).resolve().parent.parent / "schemas/qospolicy.schema.json").read_text())
+    schema = json.loads(
+        (Path(__file__).resolve().parent.parent / "schemas/qospolicy.schema.json").read_text()
+    )
     names = schema["$defs"]["enhancement"]["properties"]["effect"]["properties"]["set"]["enum"]
     assert sorted(EFFECTS) == sorted(names)
     assert sorted(f for f, _types in EFFECTS.values()) == sorted(f.name for f in fields(Effects))
