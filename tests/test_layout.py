@@ -30,8 +30,6 @@ LONG_MODULES: Mapping[str, str] = {
     "are next to move into their features (issue 15, still open)",
     "engine/features/pools/strategy.py": "pool sizing and placement (Katalyst's generatePoolsAndIsolation) "
     "as one pass over the pools in their declared order; to be cut into sizing and placement",
-    "engine/features/class_knobs/step.py": "class knobs and the memory QoS asks of every pod in one pass over "
-    "the members; the memory QoS part is to move to features/memory_qos/",
     "engine/features/rules/durable.py": "the durable rule backend (one worker protocol: spawn, framing, "
     "timeouts, restart)",
     "engine/sources/collector.py": "the node collector's one tick of reads (what is pinned, refreshed, "
