@@ -13,6 +13,9 @@ from engine.model.units import parse_cpuset
 
 @dataclass(frozen=True)
 class Pool:
+    """One ``spec.pools`` entry: static (a cpu list or count) or dynamic (sized by one mode each tick),
+    with its NUMA placement, HT policy and CPU order."""
+
     name: str
     kind: str | None
     static_cpus: frozenset[int] | None
@@ -31,6 +34,8 @@ class Pool:
 
 
 def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
+    """One pool, with the checks that need only it and the node (CPUs it names exist, its size is
+    one mode and not inverted)."""
     base: JsonPath = ("pools", i)
     name = raw["name"]
     cpus = raw.get("cpus")
@@ -102,6 +107,8 @@ def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
 
 
 def check_pools(c: Checker, pools: list[Pool | None]) -> None:
+    """The checks across pools: static cpusets must not overlap nor together exceed the node, and
+    at most one pool takes the remainder."""
     index = {p.name: i for i, p in enumerate(pools) if p is not None}
     claimed: dict[int, str] = {}
     static_total = 0
