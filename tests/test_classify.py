@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents
+from engine.config.policy import EFFECTS, Effects
 from engine.evaluate.classify import Classifier
 from tests.builders import pod
 
@@ -101,7 +104,7 @@ def test_numa_exclusive_conflicts(katalyst: Classifier) -> None:
 def test_oom_priority_is_clamped_per_level(katalyst: Classifier, level: str, raw: str, expected: int) -> None:
     ann = {QOS: level, MEM: json.dumps({"oom_priority": raw, "numa_binding": "true"})}
     c = katalyst.classify(pod("p", annotations=ann))
-    assert c.effects["oomPriority"] == expected
+    assert c.effects.oom_priority == expected
 
 
 def test_unparsable_enhancement_json_is_treated_as_empty(katalyst: Classifier) -> None:
@@ -113,3 +116,32 @@ def test_classification_is_cached_per_workload_object(katalyst: Classifier) -> N
     w = pod("p", annotations={QOS: "reclaimed_cores"})
     assert katalyst.classify(w) is katalyst.classify(w)
     assert katalyst.classify(pod("p", annotations={QOS: "reclaimed_cores"})) is not katalyst.classify(w)
+
+
+def test_every_effect_the_schema_accepts_has_a_typed_field() -> None:
+    """Tick code reads ``Classified.effects`` by field: each ``effect.set`` name the schema accepts
+    maps to exactly one field of ``Effects``, and every field is some effect's."""
+    schema = json.loads(
+        (Path(__file__).resolve().parent.parent / "schemas/qospolicy.schema.json").read_text()
+    )
+    names = schema["$defs"]["enhancement"]["properties"]["effect"]["properties"]["set"]["enum"]
+    assert sorted(EFFECTS) == sorted(names)
+    assert sorted(f for f, _types in EFFECTS.values()) == sorted(f.name for f in fields(Effects))
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "want"),
+    [
+        ({}, "numa_binding", False),
+        ({"cpu.numaBinding": True}, "numa_binding", True),
+        ({}, "burst_percent", None),
+        ({"cpu.burstPercent": 150}, "burst_percent", 150.0),
+        ({"oomPriority": 42.0}, "oom_priority", 42),
+        ({"cpu.numaNumber": 2}, "numa_number", 2),
+        ({"cpu.pool": "dedicated"}, "pool", "dedicated"),
+        ({"eviction.rssOveruseThreshold": 1}, "rss_overuse_threshold", 1.0),
+    ],
+)
+def test_effects_are_typed_once(values: dict[str, object], field: str, want: object) -> None:
+    got = getattr(Effects.of(values), field)
+    assert got == want and type(got) is type(want)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from engine.model.units import (
     MAX_DURATION,
     UnitError,
+    ceil_div,
     duration_seconds,
     format_cpuset,
     parse_cpuset,
@@ -239,3 +240,12 @@ def test_unit_error_is_a_value_error() -> None:
     """Callers that report a ValueError with its location (conditions, RuleTest, the kube objects)
     keep doing so for the new bounds."""
     assert issubclass(UnitError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "want"),
+    [(0, 1000, 0), (1, 1000, 1), (999, 1000, 1), (1000, 1000, 1), (1001, 1000, 2), (2500, 1000, 3), (-1, 1000, 0)],
+)
+def test_ceil_div_rounds_whole_units_up(a: int, b: int, want: int) -> None:
+    """Quantity.Value() of a milli quantity: a partial core counts as a whole one."""
+    assert ceil_div(a, b) == want

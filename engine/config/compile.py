@@ -12,12 +12,8 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from functools import cache
 from types import MappingProxyType
 from typing import Any, overload
-
-from jinja2 import TemplateSyntaxError, meta
-from jinja2.exceptions import SecurityError
 
 from engine.cgroups.files import VALUE_FORMATS, burst_problem, value_problem
 from engine.cgroups.paths import cgroup_path_problem
@@ -25,7 +21,7 @@ from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
 from engine.config.policy import (
-    DEFAULT_MAX_INTERVAL,
+    EFFECTS,
     Action,
     DocumentRef,
     Enhancement,
@@ -33,78 +29,42 @@ from engine.config.policy import (
     Matcher,
     OomPriority,
     Policy,
-    Pool,
-    Pressure,
     QoSClass,
-    Reclaim,
-    ReclaimHeadroom,
-    ReclaimResource,
-    ReclaimUpdate,
     Rule,
     StringMatch,
     ValueSource,
     freeze,
 )
-from engine.config.render import ENV, RenderError
 from engine.features.class_knobs import spec as set_cgroup_spec
+from engine.features.class_knobs.knob_check import check_knob
 from engine.features.class_knobs.knobs import compile_knob
-from engine.features.class_knobs.spec import ClassCpu, ClassMemory
+from engine.features.class_knobs.spec import ClassCpu, ClassMemory, check_class_knobs
 from engine.features.eviction import spec as eviction_spec
+from engine.features.eviction.pressure_spec import compile_pressure
 from engine.features.memory_qos import spec as memory_guard_spec
 from engine.features.memory_qos.spec import MemoryQos
+from engine.features.pools.spec import check_pools, compile_pool
 from engine.features.reclaim import spec as publish_spec
+from engine.features.reclaim.spec import compile_reclaim
 from engine.features.resctrl import spec as resctrl_spec
-from engine.features.resctrl.spec import class_resctrl
+from engine.features.resctrl.spec import check_class_resctrl, class_resctrl
 from engine.features.rules.conditions import (
     ORDER_OPS,
-    WINDOW_HINT,
     Condition,
     comparisons,
     parse_condition,
     scope_of,
-    window_problem,
 )
 from engine.features.specs import action_specs
 from engine.features.suppress import spec as suppress_spec
-from engine.model.factnames import registry
-from engine.model.facts import Container, Workload
 from engine.model.node import NodeInfo
-from engine.model.units import parse_cpuset, parse_duration, parse_quantity
+from engine.model.units import parse_duration, parse_quantity
 
-EXPR_VARIABLES = frozenset({"pod", "container", "node"})
+EFFECT_TYPES = {name: types for name, (_field, types) in EFFECTS.items()}
 
-EFFECT_TYPES: dict[str, tuple[str, ...]] = {
-    "cpu.numaBinding": ("bool",),
-    "cpu.numaExclusive": ("bool",),
-    "cpu.distributeEvenlyAcrossNuma": ("bool",),
-    "cpu.fullPCPUsPairing": ("bool",),
-    "cpu.pool": ("string",),
-    "cpu.burstPolicy": ("string",),
-    "cpu.numaIds": ("string",),
-    "cpu.numaNumber": ("integer",),
-    "oomPriority": ("integer", "number"),
-    "cpu.burstPercent": ("number", "integer"),
-    "eviction.suppressionToleranceRate": ("number", "integer"),
-    "eviction.rssOveruseThreshold": ("number", "integer"),
-}
-
-
-# Class knobs whose literal is written as given, by the file (in the v1 dialect; the adapter
-# translates) that receives it. shares and weight are share counts and weights that qosd clamps.
-CLASS_KNOB_FILES = {
-    ("cpu", "cfsQuota"): "cpu.cfs_quota_us",
-    ("cpu", "burst"): "cpu.cfs_burst_us",
-    ("memory", "min"): "memory.min",
-    ("memory", "low"): "memory.low",
-    ("memory", "high"): "memory.high",
-    ("memory", "limit"): "memory.limit_in_bytes",
-}
 
 # The most firings a rule's perWindow may allow (one timestamp each is kept per rule).
 MAX_RATE_COUNT = 10_000
-
-# The file each class knob that may be an expression writes (v1 dialect): shares and weight too.
-CLASS_EXPR_FILES = {**CLASS_KNOB_FILES, ("cpu", "shares"): "cpu.shares", ("cpu", "weight"): "cpu.weight"}
 
 _SINGULAR = {"classes": "class", "enhancements": "enhancement", "pools": "pool", "rules": "rule"}
 
@@ -172,10 +132,32 @@ class _Checker:
         _check_cgroup_path(self, path, what, value)
 
     def quantity(self, path: JsonPath, value: Any) -> float | None:
-        return _quantity(self, path, value)
+        """A quantity, or None when absent or out of bounds (then a problem is recorded; the schema
+        stage reports it first, see engine/config/unitcheck.py)."""
+        if value is None:
+            return None
+        try:
+            return parse_quantity(value)
+        except ValueError as exc:
+            self.add(path, str(exc))
+            return None
+
+    @overload
+    def duration(self, path: JsonPath, value: Any, default: float) -> float: ...
+    @overload
+    def duration(self, path: JsonPath, value: Any, default: None = None) -> float | None: ...
+    def duration(self, path: JsonPath, value: Any, default: float | None = None) -> float | None:
+        """Seconds of a duration, ``default`` when absent or out of bounds (then a problem is recorded)."""
+        if value is None:
+            return default
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.add(path, str(exc))
+            return default
 
     def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
-        _check_knob(self, path, knob, file, pods)
+        check_knob(self, path, knob, file, pods)
 
     def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
         return _check_cgroup_value(self, path, file, knob)
@@ -193,10 +175,10 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
     classes = [_compile_class(c, i, raw) for i, raw in enumerate(spec.get("classes", []))]
     enhancements = [_compile_enhancement(c, i, raw) for i, raw in enumerate(spec.get("enhancements", []))]
     _check_enhancement_graph(c)
-    pools = [_compile_pool(c, i, raw) for i, raw in enumerate(spec.get("pools", []))]
-    _check_pools(c, pools)
-    reclaim = _compile_reclaim(c, spec.get("reclaim") or {})
-    pressure = _compile_pressure(c, spec.get("pressure") or {})
+    pools = [compile_pool(c, i, raw) for i, raw in enumerate(spec.get("pools", []))]
+    check_pools(c, pools)
+    reclaim = compile_reclaim(c, spec.get("reclaim") or {})
+    pressure = compile_pressure(c, spec.get("pressure") or {})
     mode = str(spec.get("mode", "enforce"))
     rules = [_compile_rule(c, i, raw, mode) for i, raw in enumerate(spec.get("rules", []))]
     if c.problems:
@@ -262,192 +244,13 @@ def _matcher(raw: dict[str, Any]) -> Matcher:
     )
 
 
-def _check_knob(c: _Checker, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
-    """An expression knob must parse, read only pod/container/node, and (``_try_expression``) not be
-    one that can only fail or only yield a value ``file`` refuses."""
-    if isinstance(knob, dict) and "expr" in knob:
-        try:
-            ast = ENV.parse("{{ " + knob["expr"] + " }}")
-        except TemplateSyntaxError as exc:
-            c.add((*path, "expr"), f"expression {short(knob['expr'])} does not parse: {exc.message}")
-            return
-        names = meta.find_undeclared_variables(ast)
-        unknown = names - EXPR_VARIABLES
-        if unknown:
-            c.add(
-                (*path, "expr"),
-                f"expression {short(knob['expr'])} uses unknown name(s) {', '.join(sorted(unknown))}",
-                "cgroup expressions may read pod, container and node",
-            )
-            return
-        _try_expression(c, (*path, "expr"), knob, file, pods, constant=not names)
-
-
-# Errors of an expression that no pod can avoid: the template limits (SecurityError) and numbers
-# too large for any file. Others (a ZeroDivisionError, a missing label, None for a pod without a
-# limit) depend on the pod, so the synthetic pods below cannot prove them wrong.
-_HOPELESS = (SecurityError, OverflowError, MemoryError, RecursionError)
-
-# Typical node fact values by unit: non-zero, so that a division by a fact does not fail here only.
-_TYPICAL = {
-    "percent": 50.0,
-    "bytes": float(8 << 30),
-    "cores": 4.0,
-    "count": 2.0,
-    "microseconds": 1000.0,
-    "tasks": 100.0,
-    "seconds": 60.0,
-}
-
-
-@cache
-def _sample_node() -> tuple[tuple[str, Any], ...]:
-    """Every node fact of the facts schema (keyed as the tick's flattened ``node``) at a typical value."""
-    out: list[tuple[str, Any]] = []
-    for spec in registry().specs.values():
-        if spec.scope != "node":
-            continue
-        if spec.kind == "string":
-            value: Any = spec.enum[0] if spec.enum else ""
-        elif spec.kind == "boolean":
-            value = False
-        else:
-            value = _TYPICAL.get(spec.unit, 1.0)
-            value = int(value) if spec.kind == "integer" else value
-        out.append((".".join(spec.path), value))
-    return tuple(out)
-
-
-# A pod of each Kubernetes QoS shape, with non-zero requests: (what it is, requests, limits).
-_SAMPLE_SHAPES: tuple[tuple[str, dict[str, float], bool], ...] = (
-    (
-        "a pod requesting 1 CPU and 1Gi with limits of 2 CPUs and 2Gi",
-        {"cpu": 1.0, "memory": 1.0 * (1 << 30)},
-        True,
-    ),
-    ("a pod requesting 0.5 CPU and 512Mi without limits", {"cpu": 0.5, "memory": 0.5 * (1 << 30)}, False),
-    ("a pod without requests or limits", {}, False),
-)
-
-
-def _sample_pods() -> tuple[tuple[str, Workload], ...]:
-    return tuple(
-        (
-            what,
-            Workload(
-                uid=f"validate-{i}",
-                name=f"sample-{i}",
-                namespace="default",
-                priority=0,
-                containers=(
-                    Container("app", requests=req, limits={k: 2 * v for k, v in req.items()} if lim else {}),
-                ),
-            ),
-        )
-        for i, (what, req, lim) in enumerate(_SAMPLE_SHAPES)
-    )
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _try_expression(
-    c: _Checker, path: JsonPath, knob: dict[str, Any], file: str | None, pods: bool, *, constant: bool
-) -> None:
-    """Evaluate an expression knob once per sample (a pod of each shape when it targets pods, else no
-    pod) on a node with typical facts, as the tick would. Refused: a failure of the template limits
-    or a number too large for any file (``_HOPELESS``) for any sample, any failure of an expression
-    that reads neither pod nor node (``constant``), or, for every sample that
-    yields a value, a value that is not a number and that ``file`` refuses (a string, a list). A
-    number out of the file's range is refused only when the expression reads neither pod nor node
-    (``constant``): otherwise real requests and facts may bring it in range, and the tick skips it
-    when they do not. Without this, the tick would skip the write with an error every tick."""
-    formula = (c.spec.get("cgroup") or {}).get("weightFormula")
-    fn = compile_knob(file or "", knob, weight_formula=formula)
-    node = dict(_sample_node())
-    samples: tuple[tuple[str, Workload | None], ...] = (
-        _sample_pods() if pods else (("a cgroup target without a pod", None),)
-    )
-    refused: list[str] = []
-    yielded = 0
-    for what, w in samples:
-        try:
-            text = fn(w, node)
-        except RenderError as exc:
-            if constant:
-                c.add(
-                    path,
-                    f"expression {short(knob['expr'])} fails: {exc.__cause__}",
-                    "it reads neither pod nor node, so it would fail the same way at every tick",
-                )
-                return
-            if isinstance(exc.__cause__, _HOPELESS):
-                c.add(
-                    path,
-                    f"expression {short(knob['expr'])} fails for {what} on a typical node: {exc.__cause__}",
-                    "every tick would skip this value; keep the expression's numbers and strings small",
-                )
-                return
-            continue
-        if text is None or not file:
-            continue
-        yielded += 1
-        bad = value_problem(file, text.strip(), c.node)
-        if bad and (constant or not _is_number(text.strip())):
-            refused.append(bad)
-    if refused and len(refused) == yielded:
-        c.add(
-            path,
-            f"expression {short(knob['expr'])} yields a value {file} refuses: {refused[0]}",
-            "an expression must yield a number (bytes for memory files, cores for CPU files) "
-            "or a text the file takes; it was evaluated on typical pods and node facts",
-        )
-
-
 def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
     base: JsonPath = ("classes", i)
     cpu = raw.get("cpu") or {}
-    if "pool" in cpu:
-        c.ref((*base, "cpu", "pool"), cpu["pool"], c.pools, "pool")
-    for j, req in enumerate(cpu.get("requires") or []):
-        c.ref((*base, "cpu", "requires", j), req, c.enhancements, "enhancement")
-        enh = c.enhancements.get(req)
-        if enh and enh.get("appliesTo") and raw["name"] not in enh["appliesTo"]:
-            c.add(
-                (*base, "cpu", "requires", j),
-                f"class {raw['name']!r} requires enhancement {req!r}, which does not apply to it "
-                f"(appliesTo: {', '.join(enh['appliesTo'])})",
-                f"add {raw['name']!r} to the appliesTo of {req!r}, or drop the requirement",
-            )
-    if "shares" in cpu and "weight" in cpu:
-        c.add((*base, "cpu"), "set either cpu.shares or cpu.weight, not both", "qosd converts between them")
-    for key in ("shares", "weight"):
-        if cpu.get(key) == "max":
-            c.add((*base, "cpu", key), f'cpu.{key} cannot be "max"', "give a number, percent or expression")
-    for section in ("cpu", "memory"):
-        for key, knob in (raw.get(section) or {}).items():
-            _check_knob(c, (*base, section, key), knob, CLASS_EXPR_FILES.get((section, key)), True)
-            if (section, key) in CLASS_KNOB_FILES:
-                _check_cgroup_value(c, (*base, section, key), CLASS_KNOB_FILES[section, key], knob)
     resctrl = raw.get("resctrl") or {}
-    l3 = resctrl.get("l3Percent")
-    if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
-        c.add(
-            (*base, "resctrl", "l3Percent"),
-            f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end",
-            "e.g. [0, 30] gives the class the lowest 30% of the L3 ways",
-        )
     oom = raw.get("oomPriority") or {}
-    lo, hi, default = oom.get("min"), oom.get("max"), oom.get("default")
-    if lo is not None and hi is not None and lo >= hi:
-        c.add((*base, "oomPriority"), f"oomPriority range [{lo}, {hi}) is empty")
-    elif default is not None and ((lo is not None and default < lo) or (hi is not None and default >= hi)):
-        c.add((*base, "oomPriority", "default"), f"oomPriority default {default} is outside [{lo}, {hi})")
+    check_class_knobs(c, base, raw)
+    check_class_resctrl(c, base, resctrl)
     if "before" in raw:
         c.ref((*base, "before"), raw["before"], c.classes, "class")
     return QoSClass(
@@ -458,7 +261,7 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
         pool=cpu.get("pool"),
         requires=tuple(cpu.get("requires") or ()),
         protected=bool(raw.get("protected", False)),
-        oom_priority=OomPriority(default, lo, hi),
+        oom_priority=OomPriority(oom.get("default"), oom.get("min"), oom.get("max")),
         eviction_priority=raw.get("evictionPriority"),
         cpu=ClassCpu.of(freeze(cpu)),
         memory=ClassMemory.of(freeze(raw.get("memory") or {})),
@@ -603,335 +406,6 @@ def _check_enhancement_graph(c: _Checker) -> None:
                 )
 
 
-# ---------------------------------------------------------------- pools
-
-
-def _compile_pool(c: _Checker, i: int, raw: dict[str, Any]) -> Pool | None:
-    base: JsonPath = ("pools", i)
-    name = raw["name"]
-    cpus = raw.get("cpus")
-    size = raw.get("size")
-    kind = raw.get("kind")
-    if cpus is None and size is None:
-        c.add(
-            base,
-            f"pool {name!r} has neither cpus (static) nor size (dynamic)",
-            "add cpus: {count: 2} or size: {fromRequests: 1.0}",
-        )
-    if cpus is not None and size is not None:
-        c.add((*base, "size"), f"pool {name!r} has both static cpus and a dynamic size", "keep one of them")
-    static: frozenset[int] | None = None
-    count: int | None = None
-    if cpus is not None:
-        if "list" in cpus:
-            try:
-                static = parse_cpuset(cpus["list"])
-            except ValueError as exc:
-                c.add((*base, "cpus", "list"), str(exc))
-            else:
-                outside = sorted(static - c.node.cpu_ids) if c.node.cpu_ids else []
-                if outside:
-                    c.add(
-                        (*base, "cpus", "list"),
-                        f"pool {name!r} names CPUs {short(outside)} that node {c.node.name!r} does not have "
-                        f"({c.node.cpus} CPUs)",
-                        "use a nodeSelector to target nodes that have them, or a count",
-                    )
-        else:
-            count = cpus.get("count")
-            if count is not None and count > c.node.cpus:
-                c.add(
-                    (*base, "cpus", "count"),
-                    f"pool {name!r} wants {count} CPUs but node {c.node.name!r} has {c.node.cpus}",
-                )
-    size = size or {}
-    modes = [k for k in ("fromRequests", "remainder", "perContainer") if size.get(k) not in (None, False)]
-    if raw.get("size") is not None and len(modes) != 1:
-        c.add(
-            (*base, "size"),
-            "a dynamic pool is sized by exactly one of fromRequests, remainder, perContainer "
-            f"(got {modes or 'none'})",
-        )
-    lo, hi = size.get("min"), size.get("max")
-    if lo is not None and hi is not None and lo > hi:
-        c.add((*base, "size"), f"pool {name!r} has min {lo} above max {hi}")
-    numa = raw.get("numa") or {}
-    if raw.get("template") and static is not None:
-        c.add((*base, "template"), "a template pool cannot have a static cpu list", "use a count or a size")
-    return Pool(
-        name=name,
-        kind=kind,
-        static_cpus=static,
-        static_count=count,
-        from_requests=size.get("fromRequests"),
-        remainder=bool(size.get("remainder", False)),
-        per_container=bool(size.get("perContainer", False)),
-        min=lo,
-        max=hi,
-        template=bool(raw.get("template", False)),
-        placement=numa.get("placement"),
-        per_numa=bool(numa.get("perNuma", False)),
-        ht_policy=(raw.get("ht") or {}).get("policy"),
-        order=str(raw.get("order", "lowFirst")),
-        origin=c.loc(base),
-    )
-
-
-def _check_pools(c: _Checker, pools: list[Pool | None]) -> None:
-    index = {p.name: i for i, p in enumerate(pools) if p is not None}
-    claimed: dict[int, str] = {}
-    static_total = 0
-    over = False
-    for p in pools:
-        if p is None:
-            continue
-        if p.static_cpus:
-            for cpu in sorted(p.static_cpus):
-                if cpu in claimed:
-                    other = claimed[cpu]
-                    c.add(
-                        ("pools", index[p.name], "cpus", "list"),
-                        f"static pools {other!r} and {p.name!r} both claim CPU {cpu}",
-                        "static cpusets must not overlap; shrink one of them",
-                        related=(c.loc(("pools", index[other], "cpus", "list")),),
-                    )
-                    break
-                claimed[cpu] = p.name
-        static_total += len(p.static_cpus or ()) + (p.static_count or 0)
-        if static_total > c.node.cpus and not over:
-            over = True
-            c.add(
-                ("pools", index[p.name], "cpus"),
-                f"static pools take {static_total} CPUs up to {p.name!r} "
-                f"but node {c.node.name!r} has {c.node.cpus}",
-                "reduce the static pools or target larger nodes with a nodeSelector",
-            )
-    remainders = [p.name for p in pools if p is not None and p.remainder]
-    if len(remainders) > 1:
-        c.add(
-            ("pools", index[remainders[1]], "size", "remainder"),
-            f"only one pool can take the remainder; {', '.join(remainders)} all do",
-        )
-
-
-# ---------------------------------------------------------------- reclaim
-
-
-def _quantity(c: _Checker, path: JsonPath, value: Any) -> float | None:
-    """A quantity, or None when absent or out of bounds (then a problem is recorded; the schema
-    stage reports it first, see engine/config/unitcheck.py)."""
-    if value is None:
-        return None
-    try:
-        return parse_quantity(value)
-    except ValueError as exc:
-        c.add(path, str(exc))
-        return None
-
-
-@overload
-def _duration(c: _Checker, path: JsonPath, value: Any, default: float) -> float: ...
-@overload
-def _duration(c: _Checker, path: JsonPath, value: Any, default: None = None) -> float | None: ...
-def _duration(c: _Checker, path: JsonPath, value: Any, default: float | None = None) -> float | None:
-    """Seconds of a duration, ``default`` when absent or out of bounds (then a problem is recorded)."""
-    if value is None:
-        return default
-    try:
-        return parse_duration(str(value))
-    except ValueError as exc:
-        c.add(path, str(exc))
-        return default
-
-
-# Katalyst's per-resource defaults of the headroom policy: reservedResourceForAllocate, the buffer
-# on a container's usage (estimation_canonical.go) and the estimate of a container with no metric.
-HEADROOM_DEFAULTS = {"cpu": (4.0, 1.25, 4.0), "memory": (float(5 << 30), 1.1, float(8 << 30))}
-UTIL_FIELDS = {
-    "cpu": ("targetUtilization", "maxUtilization", "maxOversoldRate", "maxHeadroomCapacityRate"),
-    "memory": (
-        "freeBasedRatio",
-        "staticBasedCapacity",
-        "cacheBasedRatio",
-        "cpuMemRatioLower",
-        "cpuMemRatioUpper",
-    ),
-}
-
-
-def _compile_headroom(c: _Checker, res: str, base: JsonPath, raw: dict[str, Any]) -> ReclaimHeadroom:
-    """The headroom policy's parameters with Katalyst's defaults; util fields of the other resource
-    are an error, since they would be silently ignored."""
-    path: JsonPath = (*base, "headroom")
-    reserved, factor, fallback = HEADROOM_DEFAULTS[res]
-    util = raw.get("utilBased") or {}
-    other = "memory" if res == "cpu" else "cpu"
-    for key in util:
-        if key in UTIL_FIELDS[other]:
-            c.add(
-                (*path, "utilBased", key),
-                f"utilBased.{key} applies to reclaim.{other}, not reclaim.{res}",
-                f"reclaim.{res}.headroom.utilBased takes: enabled, {', '.join(UTIL_FIELDS[res])}",
-            )
-    if res == "cpu" and "systemFactor" in raw:
-        c.add((*path, "systemFactor"), "systemFactor applies to reclaim.memory only (system containers' rss)")
-    d = ReclaimHeadroom(reserved, factor, fallback)
-    q = {k: _quantity(c, (*path, k), raw.get(k)) for k in ("reservedForAllocate", "fallback")}
-    static = _quantity(c, (*path, "utilBased", "staticBasedCapacity"), util.get("staticBasedCapacity"))
-    lower = float(util.get("cpuMemRatioLower", d.cpu_mem_ratio_lower))
-    upper = float(util.get("cpuMemRatioUpper", d.cpu_mem_ratio_upper))
-    if lower > upper:
-        c.add(
-            (*path, "utilBased", "cpuMemRatioLower"),
-            f"cpuMemRatioLower {short(lower)} is above cpuMemRatioUpper {short(upper)}",
-        )
-    return ReclaimHeadroom(
-        reserved_for_allocate=q["reservedForAllocate"] if q["reservedForAllocate"] is not None else reserved,
-        usage_factor=float(raw.get("usageFactor", factor)),
-        fallback=q["fallback"] if q["fallback"] is not None else fallback,
-        system_factor=float(raw.get("systemFactor", d.system_factor)),
-        util_based=bool(util.get("enabled", d.util_based)),
-        target_utilization=float(util.get("targetUtilization", d.target_utilization)),
-        max_utilization=float(util.get("maxUtilization", d.max_utilization)),
-        max_oversold_rate=float(util.get("maxOversoldRate", d.max_oversold_rate)),
-        max_headroom_capacity_rate=float(util.get("maxHeadroomCapacityRate", d.max_headroom_capacity_rate)),
-        free_based_ratio=float(util.get("freeBasedRatio", d.free_based_ratio)),
-        static_based_capacity=static if static is not None else d.static_based_capacity,
-        cache_based_ratio=float(util.get("cacheBasedRatio", d.cache_based_ratio)),
-        cpu_mem_ratio_lower=lower,
-        cpu_mem_ratio_upper=upper,
-    )
-
-
-def _compile_reclaim(c: _Checker, raw: dict[str, Any]) -> Reclaim:
-    resources: dict[str, ReclaimResource | None] = {}
-    for res in ("cpu", "memory"):
-        r = raw.get(res)
-        if not isinstance(r, dict):
-            resources[res] = None
-            continue
-        base: JsonPath = ("reclaim", res)
-        q = {
-            k: _quantity(c, (*base, k), r.get(k))
-            for k in ("min", "max", "reservedForReport", "minReport", "minIgnored")
-        }
-        sm = r.get("smoothing") or {}
-        steps = {k: _quantity(c, (*base, "smoothing", k), sm.get(k)) for k in ("minStep", "maxStep")}
-        if q["min"] is not None and q["max"] is not None and q["min"] > q["max"]:
-            c.add((*base, "min"), f"reclaim {res} min {short(r['min'])} is above max {short(r['max'])}")
-        if (
-            steps["minStep"] is not None
-            and steps["maxStep"] is not None
-            and steps["minStep"] > steps["maxStep"]
-        ):
-            c.add(
-                (*base, "smoothing", "minStep"),
-                f"smoothing minStep {short(sm['minStep'])} is above maxStep {short(sm['maxStep'])}",
-            )
-        window = None
-        if "window" in sm:
-            window = _duration(c, (*base, "smoothing", "window"), sm["window"])
-            # The smoothing keeps every raw value of the window, in memory and in the state file.
-            too_long = window_problem(window, sm["window"], "the report") if window is not None else None
-            if too_long:
-                c.add((*base, "smoothing", "window"), too_long, WINDOW_HINT)
-        policy = str(r.get("policy", "usage"))
-        for j, name in enumerate(r.get("requestAsUsage") or ()):
-            c.ref((*base, "requestAsUsage", j), name, c.classes, "class")
-        if policy == "headroom" and "reclaimThresholdPercent" in r:
-            c.add(
-                (*base, "reclaimThresholdPercent"),
-                f"reclaim {res} policy headroom takes no reclaimThresholdPercent",
-                "the headroom policy keeps headroom.reservedForAllocate back instead of a percent margin",
-            )
-        if "headroom" in r and policy != "headroom":
-            c.add(
-                (*base, "headroom"),
-                f"reclaim {res} has headroom parameters but policy {policy!r}",
-                "set policy: headroom, or remove the headroom section",
-            )
-        headroom = _compile_headroom(c, res, base, r.get("headroom") or {}) if policy == "headroom" else None
-        resources[res] = ReclaimResource(
-            policy=policy,
-            threshold_percent=r.get("reclaimThresholdPercent"),
-            max_percent=r.get("maxPercent"),
-            min=q["min"],
-            max=q["max"],
-            reserved_for_report=q["reservedForReport"],
-            min_report=q["minReport"],
-            min_ignored=q["minIgnored"],
-            publish_as=r.get("publishAs"),
-            smoothing_window=window,
-            smoothing_agg=str(sm.get("aggregate", "avg")),
-            min_step=steps["minStep"],
-            max_step=steps["maxStep"],
-            request_as_usage=frozenset(r.get("requestAsUsage") or ()),
-            headroom=headroom,
-        )
-    return Reclaim(
-        enabled=bool(raw.get("enabled", True)),
-        cpu=resources["cpu"],
-        memory=resources["memory"],
-        degrade_after=_duration(c, ("reclaim", "degradeAfter"), raw.get("degradeAfter")),
-        report_interval=_duration(c, ("reclaim", "reportInterval"), raw.get("reportInterval")),
-        update=_compile_update(c, raw["update"]) if "update" in raw else None,
-    )
-
-
-def _compile_update(c: _Checker, raw: dict[str, Any]) -> ReclaimUpdate:
-    """spec.reclaim.update; maxInterval defaults to Koordinator's updateTimeThresholdSeconds."""
-    interval = _duration(
-        c, ("reclaim", "update", "maxInterval"), raw.get("maxInterval"), DEFAULT_MAX_INTERVAL
-    )
-    return ReclaimUpdate(diff_threshold=float(raw["diffThreshold"]), max_interval=interval)
-
-
-# ---------------------------------------------------------------- pressure
-
-
-def _compile_pressure(c: _Checker, raw: dict[str, Any]) -> Pressure:
-    """spec.pressure -> Pressure, Katalyst's defaults for what is left out."""
-    d = Pressure()
-    numa = raw.get("numaWatermark") or {}
-    system = raw.get("systemMemory") or {}
-    psi = system.get("psi") or {}
-    times = int(numa.get("timesThreshold", d.numa_times))
-    wait = int(numa.get("fastEvictionWaitCycle", d.numa_fast_wait))
-    if wait > times:
-        c.add(
-            ("pressure", "numaWatermark", "fastEvictionWaitCycle"),
-            f"fastEvictionWaitCycle {wait} is above timesThreshold {times}",
-            "below the min watermark the count jumps to timesThreshold - fastEvictionWaitCycle, "
-            "which must not be negative (Katalyst: 12 and 1)",
-        )
-    classes = psi.get("podClasses")
-    for j, name in enumerate(classes or []):
-        c.ref(("pressure", "systemMemory", "psi", "podClasses", j), name, c.classes, "class")
-    minimum = _quantity(
-        c, ("pressure", "systemMemory", "freeThresholdMinimum"), system.get("freeThresholdMinimum")
-    )
-    return Pressure(
-        numa_interval=_duration(
-            c, ("pressure", "numaWatermark", "interval"), numa.get("interval"), d.numa_interval
-        ),
-        numa_reclaimed_times=int(numa.get("reclaimedTimesThreshold", d.numa_reclaimed_times)),
-        numa_times=times,
-        numa_fast_wait=wait,
-        watermark_scale_factor=float(raw.get("watermarkScaleFactor", d.watermark_scale_factor)),
-        system_free_minimum=minimum if minimum is not None else d.system_free_minimum,
-        psi_enabled=bool(psi.get("enabled", d.psi_enabled)),
-        psi_some=int(psi.get("someThreshold", d.psi_some)),
-        psi_full=int(psi.get("fullThreshold", d.psi_full)),
-        psi_duration=_duration(
-            c, ("pressure", "systemMemory", "psi", "duration"), psi.get("duration"), d.psi_duration
-        ),
-        psi_min_pods=int(psi.get("minPods", d.psi_min_pods)),
-        psi_min_pod_pressure=int(psi.get("minPodPressure", d.psi_min_pod_pressure)),
-        psi_pod_classes=tuple(classes) if classes is not None else None,
-        psi_reset_when_below=bool(psi.get("resetWhenBelow", d.psi_reset_when_below)),
-    )
-
-
 # ---------------------------------------------------------------- rules
 
 
@@ -989,12 +463,12 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         description=str(raw.get("description", "")),
         when=when,
         clear_when=clear,
-        sustain=_duration(c, (*base, "for"), raw.get("for"), 0.0),
-        cooldown=_duration(c, (*base, "cooldown"), raw.get("cooldown"), 0.0),
+        sustain=c.duration((*base, "for"), raw.get("for"), 0.0),
+        cooldown=c.duration((*base, "cooldown"), raw.get("cooldown"), 0.0),
         per_round=limits.get("perRound"),
         per_window=(
             per_window["count"],
-            _duration(c, (*base, "limits", "perWindow", "window"), per_window["window"], 0.0),
+            c.duration((*base, "limits", "perWindow", "window"), per_window["window"], 0.0),
         )
         if per_window
         else None,
@@ -1026,6 +500,7 @@ def _check_action(
         resctrl_spec.check(c, p, params)
     elif kind == "publish":
         publish_spec.check(c, p, params)
+
 
 def _check_cgroup_path(c: _Checker, path: JsonPath, what: str, value: Any) -> None:
     """A cgroup an action writes to, named relative to the cgroup root: refused here rather than

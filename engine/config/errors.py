@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 if TYPE_CHECKING:
     from engine.config.load import JsonPath
+    from engine.model.node import NodeInfo
 
 
 @dataclass(frozen=True, order=True)
@@ -110,7 +111,12 @@ class Checker(Protocol):
 
     spec: dict[str, Any]  # the merged spec
     classes: dict[str, Any]  # name -> raw class section
+    enhancements: dict[str, Any]  # name -> raw enhancement section
     pools: dict[str, Any]  # name -> raw pool section
+    node: NodeInfo  # the node the policy is compiled for
+
+    def loc(self, path: JsonPath) -> Location:
+        """Where ``path`` (under spec) was written, for a problem's ``related`` locations and origins."""
 
     def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None: ...
 
@@ -121,6 +127,13 @@ class Checker(Protocol):
 
     def quantity(self, path: JsonPath, value: Any) -> float | None:
         """The quantity ``value`` in base units, or None (reported) when it is not one."""
+
+    @overload
+    def duration(self, path: JsonPath, value: Any, default: float) -> float: ...
+    @overload
+    def duration(self, path: JsonPath, value: Any, default: None = None) -> float | None: ...
+    def duration(self, path: JsonPath, value: Any, default: float | None = None) -> float | None:
+        """Seconds of the duration ``value``; ``default`` when absent or not one (then reported)."""
 
     def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
         """Report an expression knob that cannot parse, reads unknown names, or can only fail."""

@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any
 from engine.cgroups.weight import WeightFormula
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
+from engine.features.eviction.pressure_spec import Pressure
+from engine.features.pools.spec import Pool
+from engine.features.reclaim.spec import Reclaim
 from engine.features.rules.conditions import Condition
+from engine.model.units import int_or_none
 
 if TYPE_CHECKING:
     # Typing only: the features' spec modules import this one (no cycle at run time).
@@ -145,115 +149,71 @@ class Enhancement:
     origin: Location
 
 
-@dataclass(frozen=True)
-class Pool:
-    name: str
-    kind: str | None
-    static_cpus: frozenset[int] | None
-    static_count: int | None
-    from_requests: float | None
-    remainder: bool
-    per_container: bool
-    min: int | None
-    max: int | None
-    template: bool
-    placement: str | None
-    per_numa: bool
-    ht_policy: str | None
-    order: str
-    origin: Location
+# Each enhancement effect target (``effect.set``): the ``Effects`` field it sets and the value types
+# it takes (compile checks an enhancement's type or effect.value against them).
+EFFECTS: Mapping[str, tuple[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "cpu.numaBinding": ("numa_binding", ("bool",)),
+        "cpu.numaExclusive": ("numa_exclusive", ("bool",)),
+        "cpu.distributeEvenlyAcrossNuma": ("distribute_evenly_across_numa", ("bool",)),
+        "cpu.fullPCPUsPairing": ("full_pcpus_pairing", ("bool",)),
+        "cpu.pool": ("pool", ("string",)),
+        "cpu.burstPolicy": ("burst_policy", ("string",)),
+        "cpu.numaIds": ("numa_ids", ("string",)),
+        "cpu.numaNumber": ("numa_number", ("integer",)),
+        "oomPriority": ("oom_priority", ("integer", "number")),
+        "cpu.burstPercent": ("burst_percent", ("number", "integer")),
+        "eviction.suppressionToleranceRate": ("suppression_tolerance_rate", ("number", "integer")),
+        "eviction.rssOveruseThreshold": ("rss_overuse_threshold", ("number", "integer")),
+    }
+)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 @dataclass(frozen=True)
-class ReclaimHeadroom:
-    """Parameters of the `headroom` reclaim policy (Katalyst's canonical headroom), Katalyst's defaults.
+class Effects:
+    """What a workload's enhancements set (``effect.set`` of each it carries), typed: the classifier
+    builds it once per workload object, so tick code reads fields, never an effect by its name.
+    Absent effects are None (False for flags); the feature's own default then applies."""
 
-    ``reserved_for_allocate``, ``usage_factor`` and ``fallback`` default per resource (cpu: 4 cores,
-    x1.25, 4 cores; memory: 5Gi, x1.1, 8Gi), so compile always fills them. The util_* fields are
-    cpuHeadroomConfig.utilBasedConfig (cpu) and memoryHeadroomConfig.utilBasedConfig (memory); both
-    are off in Katalyst."""
+    numa_binding: bool = False
+    numa_exclusive: bool = False
+    distribute_evenly_across_numa: bool = False
+    full_pcpus_pairing: bool = False
+    pool: str | None = None
+    burst_policy: str | None = None
+    numa_ids: str | None = None
+    numa_number: int | None = None
+    oom_priority: int | None = None
+    burst_percent: float | None = None
+    suppression_tolerance_rate: float | None = None
+    rss_overuse_threshold: float | None = None
 
-    reserved_for_allocate: float
-    usage_factor: float
-    fallback: float
-    system_factor: float = 1.0  # memory: system_cores containers count rss x this
-    util_based: bool = False
-    target_utilization: float = 0.6  # cpu
-    max_utilization: float = 0.0  # cpu; 0 = never correct downwards
-    max_oversold_rate: float = 1.2  # cpu
-    max_headroom_capacity_rate: float = 1.0  # cpu
-    free_based_ratio: float = 0.6  # memory
-    static_based_capacity: float = float(20 << 30)  # memory
-    cache_based_ratio: float = 0.0  # memory
-    cpu_mem_ratio_lower: float = 1.0 / 6.0  # memory: cores per GiB
-    cpu_mem_ratio_upper: float = 1.0 / 3.5  # memory
-
-
-@dataclass(frozen=True)
-class ReclaimResource:
-    policy: str
-    threshold_percent: float | None
-    max_percent: float | None
-    min: float | None
-    max: float | None
-    reserved_for_report: float | None
-    min_report: float | None
-    min_ignored: float | None
-    publish_as: str | None
-    smoothing_window: float | None
-    smoothing_agg: str
-    min_step: float | None
-    max_step: float | None
-    # usage policy: classes whose request, not usage, counts as used (Koordinator: LSE lends no CPU).
-    request_as_usage: frozenset[str] = frozenset()
-    headroom: ReclaimHeadroom | None = None  # set when policy is "headroom"
-
-
-DEFAULT_MAX_INTERVAL = 300.0  # Koordinator's updateTimeThresholdSeconds
-
-
-@dataclass(frozen=True)
-class ReclaimUpdate:
-    """spec.reclaim.update: Koordinator's node update gate. Published resources change on the Node
-    only when one of them moved by more than ``diff_threshold`` of its last published value (or
-    appeared or disappeared), or ``max_interval`` seconds after the last update."""
-
-    diff_threshold: float
-    max_interval: float
-
-
-@dataclass(frozen=True)
-class Reclaim:
-    enabled: bool
-    cpu: ReclaimResource | None
-    memory: ReclaimResource | None
-    degrade_after: float | None
-    report_interval: float | None
-    update: ReclaimUpdate | None = None
-
-
-@dataclass(frozen=True)
-class Pressure:
-    """spec.pressure: parameters of the engine-computed memory pressure facts, Katalyst's defaults.
-
-    The NUMA watermark counter (numa_*) steps once per ``numa_interval``; system memory pressure
-    combines the free-memory watermark with workload memory PSI (psi_*). ``psi_pod_classes`` None
-    means every class whose cpu policy is shared or exclusive (Katalyst: shared and dedicated cores)."""
-
-    numa_interval: float = 5.0
-    numa_reclaimed_times: int = 6
-    numa_times: int = 12
-    numa_fast_wait: int = 1
-    watermark_scale_factor: float = 10.0
-    system_free_minimum: float = 0.0
-    psi_enabled: bool = True
-    psi_some: int = 15
-    psi_full: int = 4
-    psi_duration: float = 15.0
-    psi_min_pods: int = 3
-    psi_min_pod_pressure: int = 1
-    psi_pod_classes: tuple[str, ...] | None = None
-    psi_reset_when_below: bool = False
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Effects:
+        """From effect target -> value (compile has checked each value's type against ``EFFECTS``)."""
+        v = {EFFECTS[name][0]: value for name, value in values.items()}
+        return cls(
+            numa_binding=bool(v.get("numa_binding", False)),
+            numa_exclusive=bool(v.get("numa_exclusive", False)),
+            distribute_evenly_across_numa=bool(v.get("distribute_evenly_across_numa", False)),
+            full_pcpus_pairing=bool(v.get("full_pcpus_pairing", False)),
+            pool=_text(v.get("pool")),
+            burst_policy=_text(v.get("burst_policy")),
+            numa_ids=_text(v.get("numa_ids")),
+            numa_number=int_or_none(v.get("numa_number")),
+            oom_priority=None if v.get("oom_priority") is None else int(v["oom_priority"]),
+            burst_percent=_number(v.get("burst_percent")),
+            suppression_tolerance_rate=_number(v.get("suppression_tolerance_rate")),
+            rss_overuse_threshold=_number(v.get("rss_overuse_threshold")),
+        )
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Any
 
-from engine.config.policy import Enhancement, JsonKeyMatch, Matcher, Policy, QoSClass, StringMatch
+from engine.config.policy import Effects, Enhancement, JsonKeyMatch, Matcher, Policy, QoSClass, StringMatch
 from engine.features.class_knobs.knobs import align_oom_priority
 from engine.model.facts import Workload
 
@@ -24,7 +24,7 @@ Test = Callable[[Workload, "_JsonCache"], bool]
 
 @dataclass(frozen=True)
 class Classified:
-    """A workload's class, its enhancement values (by effect target and by name) and any errors.
+    """A workload's class, its enhancement values by name, what they set (typed) and any errors.
 
     Errors (a dedicated pod without numa_binding, two conflicting enhancements, an out-of-range value
     with onInvalid: reject) are reported on the workload; they never stop the tick.
@@ -32,7 +32,7 @@ class Classified:
 
     class_name: str | None
     enhancements: Mapping[str, Any]
-    effects: Mapping[str, Any]
+    effects: Effects
     errors: tuple[str, ...] = ()
 
 
@@ -153,7 +153,7 @@ class Classifier:
             enh = index[enh_name]
             if enh.effect:
                 effects[enh.effect] = value if enh.effect_value is None else enh.effect_value
-        return Classified(name, MappingProxyType(values), MappingProxyType(effects), tuple(errors))
+        return Classified(name, MappingProxyType(values), Effects.of(effects), tuple(errors))
 
 
 def _raw(enh: Enhancement, w: Workload, js: _JsonCache) -> str | None:

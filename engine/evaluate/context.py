@@ -27,7 +27,8 @@ from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance
 
 if TYPE_CHECKING:
-    from engine.features.class_knobs.step import MemoryQosAsk, PodOomPriority
+    from engine.features.class_knobs.step import PodOomPriority
+    from engine.features.memory_qos.reconcile import MemoryQosAsk
     from engine.features.resctrl.step import ResctrlAsk
     from engine.features.specs import ActionSpec
 

@@ -193,3 +193,9 @@ def int_or_none(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``a / b`` rounded up, in integers (Kubernetes' Quantity.Value() of a milli quantity: whole
+    units, rounded up), so no float rounding enters a CPU count."""
+    return -(-a // b)

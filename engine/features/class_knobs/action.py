@@ -11,7 +11,7 @@ from engine.cgroups.files import burst_problem, value_problem
 from engine.config.render import RenderError
 from engine.evaluate.context import ActionContext
 from engine.features.class_knobs.spec import SetCgroupSpec
-from engine.features.class_knobs.step import MemoryQosAsk
+from engine.features.memory_qos.reconcile import MemoryQosAsk
 from engine.model.facts import Workload
 from engine.model.intents import CgroupIntent
 

@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Literal
 
+from engine.cgroups.files import host_files
 from engine.cgroups.weight import (
     DEFAULT_WEIGHT_FORMULA,
     SHARES_DEFAULT,
@@ -79,7 +80,8 @@ def _cores_to_us(cores: float) -> int:
 
 # --- CPU burst --------------------------------------------------------------------------------
 
-CPU_BURST_FILES: Mapping[int, str] = {1: "cpu.cfs_burst_us", 2: "cpu.max.burst"}
+# The burst file on each cgroup version, from the one v1 <-> v2 table.
+BURST_FILES = frozenset(host_files("cpu.cfs_burst_us", version)[0] for version in (1, 2))
 
 KoordBurstPolicy = Literal["none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto"]
 KatalystBurstPolicy = Literal["default", "closed", "static", "dynamic"]
@@ -87,10 +89,9 @@ KatalystBurstPolicy = Literal["default", "closed", "static", "dynamic"]
 
 def burst_file(cgroup_version: int) -> str:
     """The burst file's name: cpu.cfs_burst_us on cgroup v1, cpu.max.burst on v2 (both in us)."""
-    try:
-        return CPU_BURST_FILES[cgroup_version]
-    except KeyError:
-        raise ValueError(f"cgroup version {cgroup_version!r} is not 1 or 2") from None
+    if cgroup_version not in (1, 2):
+        raise ValueError(f"cgroup version {cgroup_version!r} is not 1 or 2")
+    return host_files("cpu.cfs_burst_us", cgroup_version)[0]
 
 
 def container_burst_us(
@@ -232,7 +233,7 @@ def _render_number(file: str, value: float, formula: WeightFormula | None) -> st
             return None
         quota = max(_cores_to_us(value), MIN_QUOTA_US)
         return f"{quota} {PERIOD_US}" if file == "cpu.max" else str(quota)
-    if file in CPU_BURST_FILES.values():
+    if file in BURST_FILES:
         return str(max(_cores_to_us(value), 0))
     return _literal(value)
 
@@ -271,7 +272,7 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
     if "percent" in knob:
         percent, of = float(knob["percent"]), str(knob["of"])
         resource = resource_of(file)
-        koord_burst = of == "limit" and file in CPU_BURST_FILES.values()
+        koord_burst = of == "limit" and file in BURST_FILES
 
         def percent_of(w: Workload | None, node: Mapping[str, Any]) -> str | None:
             if of == "allocatable":

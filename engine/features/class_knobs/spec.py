@@ -125,3 +125,53 @@ def check(c: Checker, p: JsonPath, params: Mapping[str, Any]) -> None:
             "memoryQos needs target.class: it is sized from each pod's requests and limits",
             "set target: {class: <name>}, or write literal values under `values`",
         )
+
+
+# Class knobs whose literal is written as given, by the file (in the v1 dialect; the adapter
+# translates) that receives it. shares and weight are share counts and weights that qosd clamps.
+CLASS_KNOB_FILES = {
+    ("cpu", "cfsQuota"): "cpu.cfs_quota_us",
+    ("cpu", "burst"): "cpu.cfs_burst_us",
+    ("memory", "min"): "memory.min",
+    ("memory", "low"): "memory.low",
+    ("memory", "high"): "memory.high",
+    ("memory", "limit"): "memory.limit_in_bytes",
+}
+
+# The file each class knob that may be an expression writes (v1 dialect): shares and weight too.
+CLASS_EXPR_FILES = {**CLASS_KNOB_FILES, ("cpu", "shares"): "cpu.shares", ("cpu", "weight"): "cpu.weight"}
+
+
+def check_class_knobs(c: Checker, base: JsonPath, raw: Mapping[str, Any]) -> None:
+    """A class's cpu, memory and oomPriority sections: references (pool, required enhancements),
+    one of shares/weight, each knob (expressions and the literal values the file accepts) and a
+    non-empty OOM priority range holding its default."""
+    cpu = raw.get("cpu") or {}
+    if "pool" in cpu:
+        c.ref((*base, "cpu", "pool"), cpu["pool"], c.pools, "pool")
+    for j, req in enumerate(cpu.get("requires") or []):
+        c.ref((*base, "cpu", "requires", j), req, c.enhancements, "enhancement")
+        enh = c.enhancements.get(req)
+        if enh and enh.get("appliesTo") and raw["name"] not in enh["appliesTo"]:
+            c.add(
+                (*base, "cpu", "requires", j),
+                f"class {raw['name']!r} requires enhancement {req!r}, which does not apply to it "
+                f"(appliesTo: {', '.join(enh['appliesTo'])})",
+                f"add {raw['name']!r} to the appliesTo of {req!r}, or drop the requirement",
+            )
+    if "shares" in cpu and "weight" in cpu:
+        c.add((*base, "cpu"), "set either cpu.shares or cpu.weight, not both", "qosd converts between them")
+    for key in ("shares", "weight"):
+        if cpu.get(key) == "max":
+            c.add((*base, "cpu", key), f'cpu.{key} cannot be "max"', "give a number, percent or expression")
+    for section in ("cpu", "memory"):
+        for key, knob in (raw.get(section) or {}).items():
+            c.knob((*base, section, key), knob, CLASS_EXPR_FILES.get((section, key)), True)
+            if (section, key) in CLASS_KNOB_FILES:
+                c.cgroup_value((*base, section, key), CLASS_KNOB_FILES[section, key], knob)
+    oom = raw.get("oomPriority") or {}
+    lo, hi, default = oom.get("min"), oom.get("max"), oom.get("default")
+    if lo is not None and hi is not None and lo >= hi:
+        c.add((*base, "oomPriority"), f"oomPriority range [{lo}, {hi}) is empty")
+    elif default is not None and ((lo is not None and default < lo) or (hi is not None and default >= hi)):
+        c.add((*base, "oomPriority", "default"), f"oomPriority default {default} is outside [{lo}, {hi})")

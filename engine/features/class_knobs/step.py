@@ -33,7 +33,8 @@ Where a knob reads more than the pod and its container (an expression; node allo
 container's current CFS quota for Katalyst's static burst), that input is part of the cache key or
 the knob is evaluated every tick; everything else is computed once per pod object per generation.
 
-Memory QoS is Koordinator's CgroupReconcile (features/memory_qos/strategy.py): pod-level memory.min/low
+Memory QoS is Koordinator's CgroupReconcile (features/memory_qos/reconcile.py, which this step
+calls per pod and per tick; its math in features/memory_qos/strategy.py): pod-level memory.min/low
 from the pod's request, container-level min/low/high from each container's request and limit, and
 the kube-QoS directories (kubepods, its burstable and besteffort children) get the sums of their
 pods' terms, because on cgroup v2 a child's protection is bounded by its parent's. A ``setCgroup``
@@ -49,12 +50,13 @@ back every tick.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any, cast, get_args
 
+from engine.cgroups.files import host_files
 from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA, WeightFormula, weight_to_shares
 from engine.config.policy import Policy, QoSClass
 from engine.config.render import RenderError
@@ -73,13 +75,15 @@ from engine.features.class_knobs.knobs import (
     katalyst_burst_us,
     milli_cpu_to_quota,
 )
-from engine.features.memory_qos.spec import MemoryQos
-from engine.features.memory_qos.strategy import (
-    PodMemoryInput,
-    container_memory_qos,
-    kube_qos_memory_qos,
-    pod_memory_qos,
+from engine.features.memory_qos.reconcile import (
+    MemoryQosAsk,
+    QosInput,
+    allocatable_memory,
+    kube_qos_dir_intents,
+    pod_memory_qos_intents,
+    v1_memory_note,
 )
+from engine.features.memory_qos.spec import MemoryQos
 from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
 from engine.model.units import int_or_none
@@ -88,22 +92,8 @@ RULE = "classes"  # the provenance name of class-declared knobs (not a rule the 
 
 V2_ONLY_MEMORY = frozenset({"memory.min", "memory.low", "memory.high"})
 
-# Pod cgroups as the kubelet names them (cgroupfs: pod<uid>; systemd: kubepods[-<qos>]-pod<uid>.slice).
-_POD_DIR = re.compile(r"^(pod[\w-]+|kubepods(-[a-z]+)?-pod[\w]+\.slice)$")
-_QOS_DIR = {"Burstable": "burstable", "BestEffort": "besteffort"}
-
 
 # ---------------------------------------------------------------- memory QoS configuration
-
-
-@dataclass(frozen=True)
-class MemoryQosAsk:
-    """One ``setCgroup`` with ``memoryQos`` of a rule that matched this tick."""
-
-    rule: str
-    class_name: str
-    qos: MemoryQos
-    provenance: Provenance
 
 
 @dataclass(frozen=True)
@@ -133,20 +123,9 @@ class PodOomPriority:
         return out
 
 
-def kube_qos_dirs(w: Workload) -> tuple[str, str] | None:
-    """(the pod's kube-QoS directory, the kubepods root) from its cgroup path, or None when the path
-    is not one the kubelet made (standalone cgroups, tests): sums go only where pods are known to
-    nest. Guaranteed pods sit directly under the root, which is also their QoS directory."""
-    parent, _, base = w.cgroup_path.strip("/").rpartition("/")
-    if not parent or not _POD_DIR.match(base):
-        return None
-    if w.kube_qos == "Guaranteed":
-        return parent, parent
-    root, _, qos = parent.rpartition("/")
-    want = _QOS_DIR.get(w.kube_qos)
-    if not root or want is None or not (qos == want or qos.endswith(f"-{want}.slice")):
-        return None
-    return parent, root
+def _file_on(v1_file: str, version: int) -> str:
+    """``v1_file``'s name on cgroup ``version``, from the one v1 <-> v2 table (engine/cgroups/files.py)."""
+    return host_files(v1_file, version)[0]
 
 
 # ---------------------------------------------------------------- compiled class plans
@@ -219,13 +198,13 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
         if cpu.idle is True:
             inputs["shares"] = "not written: an idle group's weight is fixed by the kernel (cpu.idle 1)"
         else:
-            file = "cpu.weight" if version == 2 else "cpu.shares"
+            file = _file_on("cpu.shares", 2 if version == 2 else 1)
             pod.append((file, _share_knob(file, share_key, share, formula)))
             knobs_seen.append(share)
             if file == "cpu.weight" or share_key == "weight":
                 inputs["weightFormula"] = formula
     if cpu.cfs_quota is not None:
-        file = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
+        file = _file_on("cpu.cfs_quota_us", 2 if version == 2 else 1)
         fn = _normalise(file, compile_knob(file, cpu.cfs_quota, weight_formula=formula))
         pod.append((file, fn))
         ctr.append((file, fn))
@@ -237,7 +216,7 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
         pod.append((bfile, fn))
         ctr.append((bfile, fn))
         knobs_seen.append(cpu.burst)
-    limit_file = "memory.limit_in_bytes" if version == 1 else "memory.max"
+    limit_file = _file_on("memory.limit_in_bytes", 1 if version == 1 else 2)
     skipped: list[str] = []
     for knob, file in (
         (memory.min, "memory.min"),
@@ -303,7 +282,7 @@ class _PodResult:
 
     intents: tuple[CgroupIntent, ...]
     notes: tuple[Skipped, ...]
-    qos_input: tuple[PodMemoryInput, str, str, str] | None  # input, QoS dir, root, source
+    qos_input: QosInput | None  # input, QoS dir, root, source
     oom: PodOomPriority | None
 
 
@@ -345,6 +324,16 @@ class ClassKnobStep:
         self._run_memo: _RunMemo | None = None
         self._qos_key: tuple[Any, ...] | None = None  # the kube-QoS sums of the last tick, and their inputs
         self._qos_intents: list[CgroupIntent] = []
+        self._qos_provenance = Provenance(
+            rule=RULE,
+            policy_hash=policy.hash,
+            generation=generation,
+            source="kube-QoS directories (sum of the pods' memoryQos terms)",
+            mode=policy.mode,
+            item="",
+            conditions=(),
+            inputs=MappingProxyType({}),
+        )
         self._oom_sources = tuple(e.name for e in policy.enhancements if e.effect == "oomPriority")
 
     def plan(self, cls: QoSClass, version: int | None) -> _ClassPlan:
@@ -377,11 +366,11 @@ class ClassKnobStep:
         asks: dict[str, MemoryQosAsk] = {}
         for ask in t.memory_qos:
             asks.setdefault(ask.class_name, ask)
-        alloc = _allocatable_memory(snap, node)
+        alloc = allocatable_memory(snap, node)
         memo: dict[int, _Memo] = {}
         ooms: list[PodOomPriority] = []
         notes: dict[str, Skipped] = {}
-        qos_inputs: list[tuple[PodMemoryInput, str, str, str]] = []
+        qos_inputs: list[QosInput] = []
         produced: list[CgroupIntent] = []
         stable = not asks
         classify = self.classifier.classify
@@ -419,7 +408,10 @@ class ClassKnobStep:
         if qos_inputs:
             key = (tuple(qos_inputs), version)
             if key != self._qos_key:
-                self._qos_key, self._qos_intents = key, self._qos_dirs(qos_inputs, version)
+                self._qos_key, self._qos_intents = (
+                    key,
+                    kube_qos_dir_intents(qos_inputs, version, self._qos_provenance),
+                )
             produced.extend(self._qos_intents)
         t.intents.extend(i for i in produced if (i.path, i.file) not in taken)
         out = tuple(ooms)
@@ -443,7 +435,7 @@ class ClassKnobStep:
         memo: dict[int, _Memo],
     ) -> _PodResult:
         plan = self.plan(cls, version)
-        policy = c.effects.get("cpu.burstPolicy") or plan.burst_policy
+        policy = c.effects.burst_policy or plan.burst_policy
         quotas = self._observed_quotas(w, snap, version) if policy == "static" else ()
         key = (
             version,
@@ -498,10 +490,11 @@ class ClassKnobStep:
         if burst_policy is not None:
             intents.extend(self._katalyst_burst(w, c, plan, burst_policy, containers, quotas, prov))
         if plan.v1_memory_skipped:
-            notes.append(_v1_note(f"class {plan.cls.name}", plan.v1_memory_skipped))
+            notes.append(v1_memory_note(f"class {plan.cls.name}", plan.v1_memory_skipped, RULE))
         qos_input = None
         if ask is not None or plan.memory_qos is not None:
-            qos_input = self._memory_qos(w, plan, ask, version, alloc, containers, intents, notes)
+            who = (plan.memory_qos, f"class {plan.cls.name}", RULE, partial(self._provenance, plan, w))
+            qos_input = pod_memory_qos_intents(w, who, ask, version, alloc, containers, intents, notes)
         return _PodResult(tuple(intents), tuple(notes), qos_input, self._oom(w, c, plan.cls))
 
     def _provenance(self, plan: _ClassPlan, w: Workload, **extra: Any) -> Provenance:
@@ -547,7 +540,7 @@ class ClassKnobStep:
         and dynamic leave the file alone."""
         if policy not in get_args(KatalystBurstPolicy):
             return []  # an enhancement's value list admits only Katalyst's four policies
-        percent = float(c.effects.get("cpu.burstPercent", plan.burst_percent))
+        percent = float(plan.burst_percent if c.effects.burst_percent is None else c.effects.burst_percent)
         out: list[CgroupIntent] = []
         for i, ctr in enumerate(containers):
             observed = quotas[i] if i < len(quotas) else None
@@ -565,111 +558,13 @@ class ClassKnobStep:
             out.append(CgroupIntent(ctr.cgroup_path, plan.burst_file, str(value), w.key, p))
         return out
 
-    # ---------------------------------------------------------------- memory QoS (Koordinator)
-
-    def _memory_qos(
-        self,
-        w: Workload,
-        plan: _ClassPlan,
-        ask: MemoryQosAsk | None,
-        version: int | None,
-        alloc: int,
-        containers: list[Container],
-        intents: list[CgroupIntent],
-        notes: list[Skipped],
-    ) -> tuple[PodMemoryInput, str, str, str] | None:
-        qos = ask.qos if ask is not None else plan.memory_qos
-        assert qos is not None
-        who = f"rule {ask.rule}" if ask is not None else f"class {plan.cls.name}"
-        if version == 1:
-            notes.append(_v1_note(who, ("memoryQos",), ask.rule if ask is not None else RULE))
-            return None
-
-        def provenance(**extra: Any) -> Provenance:
-            if ask is None:
-                return self._provenance(plan, w, **extra)
-            base = ask.provenance
-            return replace(base, item=w.key, inputs=MappingProxyType({**base.inputs, **extra}))
-
-        res = qos.resource
-        try:
-            request = int(w.request(res))
-            pod = pod_memory_qos(request, qos.percents)
-            per_ctr = [
-                (
-                    ctr,
-                    container_memory_qos(
-                        _bytes(ctr.requests.get(res)), _bytes(ctr.limits.get(res)), alloc, qos.percents
-                    ),
-                )
-                for ctr in containers
-            ]
-        except (ValueError, TypeError) as exc:
-            notes.append(
-                Skipped(ask.rule if ask else RULE, f"{who}: memory QoS of {w.key} not computed: {exc}")
-            )
-            return None
-        if w.cgroup_path:
-            p = provenance(memoryQos=list(pod.steps), request=request, resource=res)
-            for file, value in (*pod.files().items(), *qos.files):
-                intents.append(CgroupIntent(w.cgroup_path, file, value, w.key, p))
-        for ctr, prot in per_ctr:
-            p = provenance(memoryQos=list(prot.steps), container=ctr.name, resource=res)
-            for file, value in (*prot.files().items(), *qos.files):
-                intents.append(CgroupIntent(ctr.cgroup_path, file, value, w.key, p))
-        dirs = kube_qos_dirs(w)
-        if dirs is None or w.kube_qos not in ("Guaranteed", "Burstable", "BestEffort"):
-            return None
-        return PodMemoryInput(w.kube_qos, request, qos.percents), dirs[0], dirs[1], who
-
-    def _qos_dirs(
-        self, inputs: list[tuple[PodMemoryInput, str, str, str]], version: int | None
-    ) -> list[CgroupIntent]:
-        """memory.min/low of the kube-QoS directories: the sums of their pods' terms."""
-        dirs: dict[str, str] = {}
-        root = ""
-        sources: list[str] = []
-        for pod, qos_dir, pod_root, who in inputs:
-            dirs.setdefault(pod.kube_qos, qos_dir)
-            root = root or pod_root
-            if who not in sources:
-                sources.append(who)
-        dirs["Guaranteed"] = root
-        sums = kube_qos_memory_qos(p for p, *_ in inputs)
-        counts = {q: sum(1 for p, *_ in inputs if p.kube_qos == q) for q in dirs}
-        out: list[CgroupIntent] = []
-        for qos, prot in sums.items():
-            path = dirs.get(qos)
-            if not path:
-                continue
-            inputs_ = {
-                "kubeQoS": qos,
-                "pods": len(inputs) if qos == "Guaranteed" else counts.get(qos, 0),
-                "sources": sources,
-                "memoryQos": list(prot.steps),
-                "cgroupVersion": version if version else "unknown",
-            }
-            prov = Provenance(
-                rule=RULE,
-                policy_hash=self.policy.hash,
-                generation=self.generation,
-                source="kube-QoS directories (sum of the pods' memoryQos terms)",
-                mode=self.policy.mode,
-                item=path,
-                conditions=(),
-                inputs=MappingProxyType(inputs_),
-            )
-            for file, value in prot.files().items():
-                out.append(CgroupIntent(path, file, value, None, prov))
-        return out
-
     # ---------------------------------------------------------------- OOM priority
 
     def _oom(self, w: Workload, c: Classified, cls: QoSClass) -> PodOomPriority | None:
-        value = c.effects.get("oomPriority")
+        value = c.effects.oom_priority
         if value is not None:
             name = next((n for n in self._oom_sources if n in c.enhancements), "oomPriority")
-            return PodOomPriority(w.uid, w.key, cls.name, int(value), f"enhancement {name}")
+            return PodOomPriority(w.uid, w.key, cls.name, value, f"enhancement {name}")
         if cls.oom_priority.default is None:
             return None
         return PodOomPriority(w.uid, w.key, cls.name, cls.oom_priority.default, "class default")
@@ -678,26 +573,7 @@ class ClassKnobStep:
 # ---------------------------------------------------------------- helpers
 
 
-def _v1_note(who: str, files: tuple[str, ...], rule: str = RULE) -> Skipped:
-    return Skipped(
-        rule,
-        f"{who}: {', '.join(files)} not written on this cgroup v1 node: memory.min, memory.low and "
-        "memory.high exist only on cgroup v2 (and Alibaba Cloud Linux v1 kernels, which qosd cannot "
-        "tell apart)",
-    )
-
-
-def _allocatable_memory(snap: Snapshot, node: Mapping[str, Any]) -> int:
-    """Node allocatable memory, which Koordinator's memory.high falls back to without a limit."""
-    value = snap.allocatable.get("memory") or node.get("memory.allocatable_bytes") or snap.node.memory
-    return int(value or 0)
-
-
 def _node_allocatable(plan: _ClassPlan, node: Mapping[str, Any]) -> Any:
     if not plan.reads_allocatable:
         return None
     return (node.get("memory.allocatable_bytes"), node.get("cpu.allocatable_cores"))
-
-
-def _bytes(value: float | None) -> int | None:
-    return None if value is None else int(value)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from engine.config.policy import Effects
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
 from engine.features.eviction.pressure import (
@@ -46,9 +47,6 @@ from engine.features.eviction.tolerance import ReclaimPoolSupply
 from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
 from engine.model.facts import EMPTY, Workload, window_key
 from engine.model.intents import EvictIntent
-
-RSS_THRESHOLD_EFFECT = "eviction.rssOveruseThreshold"
-TOLERANCE_EFFECT = "eviction.suppressionToleranceRate"
 
 
 def candidate(ctx: ActionContext, w: Workload) -> Candidate:
@@ -204,7 +202,7 @@ def _gate(ctx: ActionContext, spec: Trigger, workloads: tuple[Workload, ...]) ->
             # strategy reads.
             limits = []
             for w in workloads:
-                own = _effect_of(ctx, w, RSS_THRESHOLD_EFFECT)
+                own = _effects(ctx, w).rss_overuse_threshold
                 limit = (default if own is None else own) * w.request("memory")
                 limits.append((w, -1.0 if MEMORY_ENHANCEMENT in w.annotations else limit))
             memo["evict.rss", default] = (workloads, limits)
@@ -264,7 +262,7 @@ def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence
     eligible_pool = [c for c in pool if eligible(c, victims)]
     if isinstance(spec, RssOveruse):
         return rss_overuse_trigger(
-            eligible_pool, spec.threshold, lambda c: _effect(ctx, c, RSS_THRESHOLD_EFFECT)
+            eligible_pool, spec.threshold, lambda c: _effects(ctx, c.workload).rss_overuse_threshold
         )
     if isinstance(spec, SuppressionTolerance):
         return _tolerance(ctx, spec, eligible_pool)
@@ -273,14 +271,9 @@ def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence
     return _satisfaction(ctx, victims, spec, [c.workload for c in eligible_pool])
 
 
-def _effect(ctx: ActionContext, c: Candidate, effect: str) -> float | None:
-    return _effect_of(ctx, c.workload, effect)
-
-
-def _effect_of(ctx: ActionContext, w: Workload, effect: str) -> float | None:
-    """A numeric enhancement effect of the workload (its own threshold or tolerance), if set."""
-    value = ctx.env.classifier.classify(w).effects.get(effect)
-    return float(value) if isinstance(value, int | float) else None
+def _effects(ctx: ActionContext, w: Workload) -> Effects:
+    """What the workload's enhancements set (its own RSS threshold or tolerance), cached per workload."""
+    return ctx.env.classifier.classify(w).effects
 
 
 def _tolerance(ctx: ActionContext, cfg: SuppressionTolerance, pool: Sequence[Candidate]) -> TriggerResult:
@@ -304,7 +297,7 @@ def _tolerance(ctx: ActionContext, cfg: SuppressionTolerance, pool: Sequence[Can
         max_rate=cfg.max_rate,
         min_duration=cfg.min_duration,
         request_milli=request_milli,
-        tolerance=lambda c: _effect(ctx, c, TOLERANCE_EFFECT),
+        tolerance=lambda c: _effects(ctx, c.workload).suppression_tolerance_rate,
     )
     tolerance = dict(t.pressure.tolerance)
     if kept:

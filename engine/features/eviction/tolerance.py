@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA, _ceil_div
+from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
+from engine.model.units import ceil_div
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def suppression_eviction_step(
     victims: list[str] = []
     checks: list[ToleranceCheck] = []
     for pod in order_reclaimed_pods(pods):
-        rate = math.inf if supply == 0 else _ceil_div(remaining, 1000) / supply
+        rate = math.inf if supply == 0 else ceil_div(remaining, 1000) / supply
         own = math.inf if pod.tolerance_rate is None else pod.tolerance_rate
         tolerance = min(own, max_tolerance_rate)
         if tolerance < rate:

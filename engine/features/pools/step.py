@@ -28,7 +28,7 @@ from engine.features.pools.cpuset import CpuDetails
 from engine.features.pools.strategy import CpuDemand, Key, PoolPlan, PoolSpec, allocate
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
-from engine.model.units import format_cpuset, int_or_none, parse_cpuset
+from engine.model.units import format_cpuset, parse_cpuset
 
 RULE = "pools"  # the provenance name of pool intents (not a rule the policy can name)
 NO_FILES: Mapping[str, str] = MappingProxyType({})
@@ -124,17 +124,17 @@ class PoolStep:
             cls = self.policy.class_index.get(c.class_name) if c.class_name else None
             if cls is None:
                 continue
-            pool = c.effects.get("cpu.pool") or cls.pool
+            pool = c.effects.pool or cls.pool
             if not pool:
                 continue
-            ids = c.effects.get("cpu.numaIds")
+            ids = c.effects.numa_ids
             numa_ids = None
             if ids:
                 try:
                     numa_ids = parse_cpuset(str(ids))
                 except ValueError:
                     numa_ids = None  # the classifier has already reported the bad annotation
-            bound = bool(c.effects.get("cpu.numaBinding", False))
+            bound = c.effects.numa_binding
             if not bound and "numa_binding" not in cls.requires and self._dedicated(str(pool)):
                 # An exclusive class that does not require NUMA binding (Koordinator LSE/LSR): its
                 # cores are still taken on one NUMA node, full cores first, but memory stays free.
@@ -152,13 +152,11 @@ class PoolStep:
                         pool=str(pool),
                         request=float(container.requests.get("cpu", 0.0)),
                         numa_binding=bound,
-                        numa_exclusive=bool(c.effects.get("cpu.numaExclusive", False)),
+                        numa_exclusive=c.effects.numa_exclusive,
                         numa_ids=numa_ids,
-                        numa_number=int_or_none(c.effects.get("cpu.numaNumber")),
-                        full_pcpus_pairing=bool(c.effects.get("cpu.fullPCPUsPairing", False)),
-                        distribute_evenly_across_numa=bool(
-                            c.effects.get("cpu.distributeEvenlyAcrossNuma", False)
-                        ),
+                        numa_number=c.effects.numa_number,
+                        full_pcpus_pairing=c.effects.full_pcpus_pairing,
+                        distribute_evenly_across_numa=c.effects.distribute_evenly_across_numa,
                     )
                 )
         return out, unbound

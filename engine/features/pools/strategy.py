@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from engine.config.policy import Pool
 from engine.features.pools.cpuset import (
     EMPTY_CPUS,
     CpuDetails,
@@ -44,6 +43,7 @@ from engine.features.pools.cpuset import (
     take_evenly_across_numas,
     take_packed,
 )
+from engine.features.pools.spec import Pool
 from engine.model.units import format_cpuset
 
 NUMA_INFIX = "-NUMA"  # katalyst commonstate.NUMAPoolInfix

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from engine.config.policy import Policy, ReclaimResource
+from engine.config.policy import Policy
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import ACTIVE_PHASES
 from engine.features.reclaim.headroom import DEDICATED_CORES, RECLAIMED_CORES, SHARED_CORES, SYSTEM_CORES
-from engine.features.reclaim.spec import PublishSpec
+from engine.features.reclaim.spec import PublishSpec, ReclaimResource
 from engine.features.reclaim.strategy import (
     Demand,
     PodUse,

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from engine.config.policy import ReclaimUpdate
 from engine.evaluate.context import Tick
 from engine.evaluate.factview import FactViews
+from engine.features.reclaim.spec import ReclaimUpdate
 from engine.features.reclaim.strategy import Published, update_due
 from engine.model.facts import Snapshot
 from engine.model.intents import NodeIntent

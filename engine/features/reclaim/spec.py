@@ -1,4 +1,5 @@
-"""The publish action's typed spec and its check (the resource must say what to publish it as)."""
+"""Reclaim's typed specs and their checks: ``spec.reclaim`` (the batch resources, the headroom
+policy, the update gate) and the publish action (the resource must say what to publish it as)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config.errors import Checker
+from engine.config.errors import Checker, short
 from engine.config.load import JsonPath
+from engine.features.rules.conditions import WINDOW_HINT, window_problem
 
 
 @dataclass(frozen=True)
@@ -30,3 +32,214 @@ def check(c: Checker, p: JsonPath, params: Mapping[str, Any]) -> None:
             f"publish {res!r} needs spec.reclaim.{res}.publishAs",
             "set the extended resource name to publish, e.g. kubernetes.io/batch-cpu",
         )
+
+
+# ---------------------------------------------------------------- spec.reclaim
+
+
+@dataclass(frozen=True)
+class ReclaimHeadroom:
+    """Parameters of the `headroom` reclaim policy (Katalyst's canonical headroom), Katalyst's defaults.
+
+    ``reserved_for_allocate``, ``usage_factor`` and ``fallback`` default per resource (cpu: 4 cores,
+    x1.25, 4 cores; memory: 5Gi, x1.1, 8Gi), so compile always fills them. The util_* fields are
+    cpuHeadroomConfig.utilBasedConfig (cpu) and memoryHeadroomConfig.utilBasedConfig (memory); both
+    are off in Katalyst."""
+
+    reserved_for_allocate: float
+    usage_factor: float
+    fallback: float
+    system_factor: float = 1.0  # memory: system_cores containers count rss x this
+    util_based: bool = False
+    target_utilization: float = 0.6  # cpu
+    max_utilization: float = 0.0  # cpu; 0 = never correct downwards
+    max_oversold_rate: float = 1.2  # cpu
+    max_headroom_capacity_rate: float = 1.0  # cpu
+    free_based_ratio: float = 0.6  # memory
+    static_based_capacity: float = float(20 << 30)  # memory
+    cache_based_ratio: float = 0.0  # memory
+    cpu_mem_ratio_lower: float = 1.0 / 6.0  # memory: cores per GiB
+    cpu_mem_ratio_upper: float = 1.0 / 3.5  # memory
+
+
+@dataclass(frozen=True)
+class ReclaimResource:
+    policy: str
+    threshold_percent: float | None
+    max_percent: float | None
+    min: float | None
+    max: float | None
+    reserved_for_report: float | None
+    min_report: float | None
+    min_ignored: float | None
+    publish_as: str | None
+    smoothing_window: float | None
+    smoothing_agg: str
+    min_step: float | None
+    max_step: float | None
+    # usage policy: classes whose request, not usage, counts as used (Koordinator: LSE lends no CPU).
+    request_as_usage: frozenset[str] = frozenset()
+    headroom: ReclaimHeadroom | None = None  # set when policy is "headroom"
+
+
+DEFAULT_MAX_INTERVAL = 300.0  # Koordinator's updateTimeThresholdSeconds
+
+
+@dataclass(frozen=True)
+class ReclaimUpdate:
+    """spec.reclaim.update: Koordinator's node update gate. Published resources change on the Node
+    only when one of them moved by more than ``diff_threshold`` of its last published value (or
+    appeared or disappeared), or ``max_interval`` seconds after the last update."""
+
+    diff_threshold: float
+    max_interval: float
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    enabled: bool
+    cpu: ReclaimResource | None
+    memory: ReclaimResource | None
+    degrade_after: float | None
+    report_interval: float | None
+    update: ReclaimUpdate | None = None
+
+
+# Katalyst's per-resource defaults of the headroom policy: reservedResourceForAllocate, the buffer
+# on a container's usage (estimation_canonical.go) and the estimate of a container with no metric.
+HEADROOM_DEFAULTS = {"cpu": (4.0, 1.25, 4.0), "memory": (float(5 << 30), 1.1, float(8 << 30))}
+UTIL_FIELDS = {
+    "cpu": ("targetUtilization", "maxUtilization", "maxOversoldRate", "maxHeadroomCapacityRate"),
+    "memory": (
+        "freeBasedRatio",
+        "staticBasedCapacity",
+        "cacheBasedRatio",
+        "cpuMemRatioLower",
+        "cpuMemRatioUpper",
+    ),
+}
+
+
+def compile_headroom(c: Checker, res: str, base: JsonPath, raw: dict[str, Any]) -> ReclaimHeadroom:
+    """The headroom policy's parameters with Katalyst's defaults; util fields of the other resource
+    are an error, since they would be silently ignored."""
+    path: JsonPath = (*base, "headroom")
+    reserved, factor, fallback = HEADROOM_DEFAULTS[res]
+    util = raw.get("utilBased") or {}
+    other = "memory" if res == "cpu" else "cpu"
+    for key in util:
+        if key in UTIL_FIELDS[other]:
+            c.add(
+                (*path, "utilBased", key),
+                f"utilBased.{key} applies to reclaim.{other}, not reclaim.{res}",
+                f"reclaim.{res}.headroom.utilBased takes: enabled, {', '.join(UTIL_FIELDS[res])}",
+            )
+    if res == "cpu" and "systemFactor" in raw:
+        c.add((*path, "systemFactor"), "systemFactor applies to reclaim.memory only (system containers' rss)")
+    d = ReclaimHeadroom(reserved, factor, fallback)
+    q = {k: c.quantity((*path, k), raw.get(k)) for k in ("reservedForAllocate", "fallback")}
+    static = c.quantity((*path, "utilBased", "staticBasedCapacity"), util.get("staticBasedCapacity"))
+    lower = float(util.get("cpuMemRatioLower", d.cpu_mem_ratio_lower))
+    upper = float(util.get("cpuMemRatioUpper", d.cpu_mem_ratio_upper))
+    if lower > upper:
+        c.add(
+            (*path, "utilBased", "cpuMemRatioLower"),
+            f"cpuMemRatioLower {short(lower)} is above cpuMemRatioUpper {short(upper)}",
+        )
+    return ReclaimHeadroom(
+        reserved_for_allocate=q["reservedForAllocate"] if q["reservedForAllocate"] is not None else reserved,
+        usage_factor=float(raw.get("usageFactor", factor)),
+        fallback=q["fallback"] if q["fallback"] is not None else fallback,
+        system_factor=float(raw.get("systemFactor", d.system_factor)),
+        util_based=bool(util.get("enabled", d.util_based)),
+        target_utilization=float(util.get("targetUtilization", d.target_utilization)),
+        max_utilization=float(util.get("maxUtilization", d.max_utilization)),
+        max_oversold_rate=float(util.get("maxOversoldRate", d.max_oversold_rate)),
+        max_headroom_capacity_rate=float(util.get("maxHeadroomCapacityRate", d.max_headroom_capacity_rate)),
+        free_based_ratio=float(util.get("freeBasedRatio", d.free_based_ratio)),
+        static_based_capacity=static if static is not None else d.static_based_capacity,
+        cache_based_ratio=float(util.get("cacheBasedRatio", d.cache_based_ratio)),
+        cpu_mem_ratio_lower=lower,
+        cpu_mem_ratio_upper=upper,
+    )
+
+
+def compile_reclaim(c: Checker, raw: dict[str, Any]) -> Reclaim:
+    resources: dict[str, ReclaimResource | None] = {}
+    for res in ("cpu", "memory"):
+        r = raw.get(res)
+        if not isinstance(r, dict):
+            resources[res] = None
+            continue
+        base: JsonPath = ("reclaim", res)
+        q = {
+            k: c.quantity((*base, k), r.get(k))
+            for k in ("min", "max", "reservedForReport", "minReport", "minIgnored")
+        }
+        sm = r.get("smoothing") or {}
+        steps = {k: c.quantity((*base, "smoothing", k), sm.get(k)) for k in ("minStep", "maxStep")}
+        if q["min"] is not None and q["max"] is not None and q["min"] > q["max"]:
+            c.add((*base, "min"), f"reclaim {res} min {short(r['min'])} is above max {short(r['max'])}")
+        if (
+            steps["minStep"] is not None
+            and steps["maxStep"] is not None
+            and steps["minStep"] > steps["maxStep"]
+        ):
+            c.add(
+                (*base, "smoothing", "minStep"),
+                f"smoothing minStep {short(sm['minStep'])} is above maxStep {short(sm['maxStep'])}",
+            )
+        window = None
+        if "window" in sm:
+            window = c.duration((*base, "smoothing", "window"), sm["window"])
+            # The smoothing keeps every raw value of the window, in memory and in the state file.
+            too_long = window_problem(window, sm["window"], "the report") if window is not None else None
+            if too_long:
+                c.add((*base, "smoothing", "window"), too_long, WINDOW_HINT)
+        policy = str(r.get("policy", "usage"))
+        for j, name in enumerate(r.get("requestAsUsage") or ()):
+            c.ref((*base, "requestAsUsage", j), name, c.classes, "class")
+        if policy == "headroom" and "reclaimThresholdPercent" in r:
+            c.add(
+                (*base, "reclaimThresholdPercent"),
+                f"reclaim {res} policy headroom takes no reclaimThresholdPercent",
+                "the headroom policy keeps headroom.reservedForAllocate back instead of a percent margin",
+            )
+        if "headroom" in r and policy != "headroom":
+            c.add(
+                (*base, "headroom"),
+                f"reclaim {res} has headroom parameters but policy {policy!r}",
+                "set policy: headroom, or remove the headroom section",
+            )
+        headroom = compile_headroom(c, res, base, r.get("headroom") or {}) if policy == "headroom" else None
+        resources[res] = ReclaimResource(
+            policy=policy,
+            threshold_percent=r.get("reclaimThresholdPercent"),
+            max_percent=r.get("maxPercent"),
+            min=q["min"],
+            max=q["max"],
+            reserved_for_report=q["reservedForReport"],
+            min_report=q["minReport"],
+            min_ignored=q["minIgnored"],
+            publish_as=r.get("publishAs"),
+            smoothing_window=window,
+            smoothing_agg=str(sm.get("aggregate", "avg")),
+            min_step=steps["minStep"],
+            max_step=steps["maxStep"],
+            request_as_usage=frozenset(r.get("requestAsUsage") or ()),
+            headroom=headroom,
+        )
+    return Reclaim(
+        enabled=bool(raw.get("enabled", True)),
+        cpu=resources["cpu"],
+        memory=resources["memory"],
+        degrade_after=c.duration(("reclaim", "degradeAfter"), raw.get("degradeAfter")),
+        report_interval=c.duration(("reclaim", "reportInterval"), raw.get("reportInterval")),
+        update=compile_update(c, raw["update"]) if "update" in raw else None,
+    )
+
+
+def compile_update(c: Checker, raw: dict[str, Any]) -> ReclaimUpdate:
+    """spec.reclaim.update; maxInterval defaults to Koordinator's updateTimeThresholdSeconds."""
+    interval = c.duration(("reclaim", "update", "maxInterval"), raw.get("maxInterval"), DEFAULT_MAX_INTERVAL)
+    return ReclaimUpdate(diff_threshold=float(raw["diffThreshold"]), max_interval=interval)

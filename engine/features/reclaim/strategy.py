@@ -41,7 +41,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config.policy import ReclaimHeadroom, ReclaimResource
 from engine.features.reclaim.headroom import (
     DEDICATED_CORES,
     SHARED_CORES,
@@ -59,6 +58,7 @@ from engine.features.reclaim.headroom import (
     memory_util_buffer,
     util_based_cpu_headroom,
 )
+from engine.features.reclaim.spec import ReclaimHeadroom, ReclaimResource
 
 
 @dataclass(frozen=True)

@@ -63,3 +63,14 @@ def class_resctrl(raw: Mapping[str, Any]) -> ClassResctrl | None:
         l3_percent=(l3[0], l3[1]) if l3 is not None else None,
         mb_percent=raw.get("mbPercent"),
     )
+
+
+def check_class_resctrl(c: Checker, base: JsonPath, resctrl: Mapping[str, Any]) -> None:
+    """A class's resctrl section: an L3 range must not be empty."""
+    l3 = resctrl.get("l3Percent")
+    if isinstance(l3, list) and len(l3) == 2 and l3[0] >= l3[1]:
+        c.add(
+            (*base, "resctrl", "l3Percent"),
+            f"l3Percent [{l3[0]}, {l3[1]}] is empty: the start must be below the end",
+            "e.g. [0, 30] gives the class the lowest 30% of the L3 ways",
+        )

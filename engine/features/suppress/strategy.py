@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.model.facts import Cpu, Topology
-from engine.model.units import format_cpuset
+from engine.model.units import ceil_div, format_cpuset
 
 CFS_PERIOD_US = 100_000  # the kernel's default cpu.cfs_period_us, which Koordinator assumes
 UNSET_QUOTA = -1  # cpu.cfs_quota_us of an unlimited group (cgroup v2 "max")
@@ -34,11 +34,6 @@ def _trunc_div(a: int, b: int) -> int:
     """Go's integer division (truncates toward zero); Python's // floors, which differs for negatives."""
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b > 0) else -q
-
-
-def _ceil_div(a: int, b: int) -> int:
-    """Quantity.Value() of a milli quantity: whole units, rounded up."""
-    return -(-a // b)
 
 
 # ------------------------------------------------------------------ Koordinator: the suppress amount
@@ -396,7 +391,7 @@ def suppress_cfs_quota(
     when the target is the floor (a node under pressure must reach it). Growth over a set quota is
     capped at capacityCores x period x step%, so BE ramps up slowly; from unlimited (-1) it is
     not. capacityCores is capacity rounded up to whole cores (Quantity.Value())."""
-    cores = _ceil_div(capacity_milli, 1000)
+    cores = ceil_div(capacity_milli, 1000)
     target = max(_trunc_div(suppress_milli * period_us, 1000), min_quota)
     dead_band = float(cores) * float(period_us) * (dead_band_percent / 100)
     step = float(cores) * float(period_us) * (step_percent / 100)

@@ -33,7 +33,7 @@ from engine.config.errors import PolicyError
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents
 from engine.evaluate.engine import Engine, Evaluation
 from engine.evaluate.state import EngineState
-from engine.features.class_knobs.step import kube_qos_dirs
+from engine.features.memory_qos.reconcile import kube_qos_dirs
 from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import CgroupIntent
 from engine.output import format_table

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents, validate
-from engine.config.policy import ReclaimHeadroom, ReclaimUpdate
 from engine.evaluate.engine import Engine, Evaluation
 from engine.evaluate.state import EngineState
+from engine.features.reclaim.spec import ReclaimHeadroom, ReclaimUpdate
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import NodeIntent
 from engine.model.operations import PublishNodeResource
@@ -426,7 +426,13 @@ def test_update_gate_holds_small_changes_and_survives_a_restart() -> None:
     e = engine(usage_policy(GATE))
     state = EngineState()
     seen = []
-    ticks = ((0.0, 10.0, 0.0), (60.0, 10.3, 0.0), (120.0, 10.3, 0.0), (180.0, 10.3, 901.0), (240.0, 10.3, 0.0))
+    ticks = (
+        (0.0, 10.0, 0.0),
+        (60.0, 10.3, 0.0),
+        (120.0, 10.3, 0.0),
+        (180.0, 10.3, 901.0),
+        (240.0, 10.3, 0.0),
+    )
     for t, usage, age in ticks:
         result = run_tick(e, with_node_cpu(koord_node(age, time=1000.0 + t), usage), state, Guards())
         state = EngineState.from_dict(result.state.to_dict())

@@ -10,7 +10,6 @@ import math
 
 import pytest
 
-from engine.config.policy import ReclaimResource
 from engine.features.reclaim.headroom import (
     CPU_FALLBACK_CORES,
     DEDICATED_CORES,
@@ -29,6 +28,7 @@ from engine.features.reclaim.headroom import (
     memory_util_buffer,
     util_based_cpu_headroom,
 )
+from engine.features.reclaim.spec import ReclaimResource
 from engine.features.reclaim.strategy import ReportHistory, report
 
 GiB = 1 << 30

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config.policy import ReclaimHeadroom, ReclaimResource
 from engine.features.reclaim.headroom import DEDICATED_CORES, SHARED_CORES, SYSTEM_CORES
+from engine.features.reclaim.spec import ReclaimHeadroom, ReclaimResource
 from engine.features.reclaim.strategy import (
     NOTHING_PUBLISHED,
     Demand,
