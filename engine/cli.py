@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from engine import __version__, demo, explain
+from engine import __version__, demo
 from engine.argtypes import integer, profile
 from engine.config.command import cmd_crd, cmd_render, cmd_schema, cmd_validate
 from engine.config.errors import PolicyError, UsageError
 from engine.config.pipeline import PROFILE_LABEL
 from engine.daemon import options as daemon_options
 from engine.eval_command import cmd_eval
+from engine.explain import options as explain_options
 from engine.ruletest import options as ruletest_options
 from engine.simulate import options as simulate_options
 
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_eval)
 
     ruletest_options.add_parser(sub)
-    explain.add_parser(sub)
+    explain_options.add_parser(sub)
     simulate_options.add_parser(sub)
     daemon_options.add_parser(sub)
     demo.add_parser(sub)

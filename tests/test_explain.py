@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from engine.cli import main as cli_main
-from engine.explain import human_bytes, main, num
+from engine.explain.options import main
+from engine.explain.units import human_bytes, num
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = ROOT / "examples" / "snapshots"

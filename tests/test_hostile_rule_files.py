@@ -34,7 +34,7 @@ from engine.config.pipeline import (
 )
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
-from engine.explain import read_ticks
+from engine.explain.reader import read_ticks
 from engine.reload import ReloadConfig, Reloader
 from engine.sources.trace import read_trace
 from tests.builders import snapshot

@@ -31,8 +31,6 @@ LONG_MODULES: Mapping[str, str] = {
     "timeouts, restart)",
     "engine/sources/collector.py": "the node collector's one tick of reads (what is pinned, refreshed, "
     "observed) as one state machine",
-    "engine/explain.py": "qosd explain's one wording table per decision kind; the layout's explain/ "
-    "package is a later step (issue 15 leaves explain.py alone)",
     "engine/sources/trace.py": "the trace format as one unit: schema-located reading, the tidal "
     "generator and the writers must agree field by field",
     "engine/kube/reflector.py": "list+watch with resourceVersion bookkeeping, backoff and relist as one "

@@ -17,7 +17,7 @@ from engine.cli import main as cli_main
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
-from engine.explain import evaluation_validator
+from engine.explain.reader import evaluation_validator
 from engine.model.facts import snapshot_from_dict
 from engine.plan.planner import Guards
 from engine.ruletest.match import resolve, value_matches

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.errors import Location
-from engine.explain import held_reasons
+from engine.explain.pairing import held_reasons
 from engine.ruletest.match import FieldResult, field_results, flow
 from engine.ruletest.model import LISTS, Expect, Locate, capitalized
 
