@@ -142,16 +142,19 @@ class Row:
     ratio: float  # median after / median before
     low: float  # smallest per-round after / before
     high: float  # largest per-round after / before
+    paired: float  # median of the per-round after / before: each round's two runs share the machine's state
 
     @property
     def noisy(self) -> bool:
-        """The per-round ratios straddle 1.0 by more than the effect: this run cannot tell the sign."""
+        """The per-round ratios spread wider than the effect: this run cannot tell its sign."""
         half = (self.high - self.low) / 2
-        return half > abs(self.ratio - 1)
+        return half > abs(self.paired - 1)
 
     @property
     def regression(self) -> bool:
-        return self.ratio > THRESHOLD
+        """Judged on the paired ratio: on a machine whose speed swings 2x between minutes, the ratio of
+        the two medians can pair a quiet round on one side with a loud one on the other."""
+        return self.paired > THRESHOLD
 
 
 def compare(results: dict[str, list[Metrics]]) -> list[Row]:
@@ -168,14 +171,24 @@ def compare(results: dict[str, list[Metrics]]) -> list[Row]:
         a = [run[k] for run in after]
         mb, ma = statistics.median(b), statistics.median(a)
         per_round = [x / y if y else math.nan for x, y in zip(a, b, strict=True)]
-        rows.append(Row(k, mb, ma, ma / mb if mb else math.nan, min(per_round), max(per_round)))
+        rows.append(
+            Row(
+                k,
+                mb,
+                ma,
+                ma / mb if mb else math.nan,
+                min(per_round),
+                max(per_round),
+                statistics.median(per_round),
+            )
+        )
     return rows
 
 
 def table(rows: Sequence[Row], unit: str) -> str:
     lines = [
-        f"| metric | before median ({unit}) | after median ({unit}) | after / before "
-        "| per-round ratios (min..max) | note |",
+        f"| metric | before median ({unit}) | after median ({unit}) | after / before (medians) "
+        "| after / before per round: median (min..max) | note |",
         "|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
@@ -185,7 +198,8 @@ def table(rows: Sequence[Row], unit: str) -> str:
         if r.noisy:
             note.append("spread > effect")
         lines.append(
-            f"| {r.metric} | {r.before:.3f} | {r.after:.3f} | {r.ratio:.3f} | {r.low:.2f}..{r.high:.2f} | "
+            f"| {r.metric} | {r.before:.3f} | {r.after:.3f} | {r.ratio:.3f} | "
+            f"**{r.paired:.3f}** ({r.low:.2f}..{r.high:.2f}) | "
             f"{', '.join(note)} |"
         )
     return "\n".join(lines)
@@ -303,18 +317,27 @@ def write_subsection(title: str, body: str, path: Path = RESULTS) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", type=Path, required=True, help="tree of the before commit")
-    ap.add_argument("--after", type=Path, required=True, help="tree of the after commit")
+    ap.add_argument("--before", type=Path, help="tree of the before commit")
+    ap.add_argument("--after", type=Path, help="tree of the after commit")
     ap.add_argument("--bench", choices=sorted(BENCHES), required=True)
     ap.add_argument("--rounds", type=int, default=4, help="rounds; each runs both sides, in ABBA order")
     ap.add_argument("--bench-args", help="arguments for the bench instead of the defaults (one string)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one bench run may take")
     ap.add_argument("--json", type=Path, help="also save every run's numbers here")
     ap.add_argument("--write", action="store_true", help=f"write the result into {SECTION!r} of RESULTS.md")
+    ap.add_argument(
+        "--from-json", type=Path, help="print the table of runs saved earlier with --json; run nothing"
+    )
     args = ap.parse_args(argv)
+    bench = BENCHES[args.bench]
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text(encoding="utf-8"))
+        print(table(compare(saved["results"]), bench.unit))
+        return 0
+    if args.before is None or args.after is None:
+        ap.error("--before and --after are required (unless --from-json)")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
-    bench = BENCHES[args.bench]
     bench_args = shlex.split(args.bench_args) if args.bench_args is not None else list(bench.args)
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     commits = {s: git_commit(t) for s, t in trees.items()}
@@ -344,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             table(rows, bench.unit),
             "",
-            f"Regressions beyond 10% (after / before > {THRESHOLD:.2f}): "
+            f"Regressions beyond 10% (per-round after / before, median, > {THRESHOLD:.2f}): "
             + (", ".join(r.metric for r in rows if r.regression) or "none")
             + ". Ratios whose per-round spread is wider than their distance from 1.00: "
             + (", ".join(r.metric for r in rows if r.noisy) or "none")

@@ -147,20 +147,25 @@ def test_compare_takes_medians_their_ratio_and_the_per_round_spread() -> None:
     assert row.before == 11.0 and row.after == 12.0
     assert row.ratio == pytest.approx(12.0 / 11.0)
     assert row.low == pytest.approx(1.0) and row.high == pytest.approx(1.2)
+    assert row.paired == pytest.approx(1.1)  # rounds: 1.1, 1.0, 1.2
 
 
 @pytest.mark.parametrize(
-    "ratio, low, high, regression, noisy",
+    "ratio, paired, low, high, regression, noisy",
     [
-        (1.05, 1.00, 1.10, False, False),  # half-spread 0.05 == effect: not wider
-        (1.05, 0.90, 1.20, False, True),
-        (1.15, 1.12, 1.18, True, False),
-        (1.15, 0.80, 1.60, True, True),
-        (0.95, 0.94, 0.96, False, False),
+        (1.05, 1.05, 1.00, 1.10, False, False),  # half-spread 0.05 == effect: not wider
+        (1.05, 1.05, 0.90, 1.20, False, True),
+        (1.15, 1.15, 1.12, 1.18, True, False),
+        (1.15, 1.15, 0.80, 1.60, True, True),
+        (0.95, 0.95, 0.94, 0.96, False, False),
+        # medians 1.25 apart, but round by round the sides are even: no regression, and noisy
+        (1.25, 0.94, 0.87, 1.70, False, True),
     ],
 )
-def test_row_flags(ratio: float, low: float, high: float, regression: bool, noisy: bool) -> None:
-    row = Row("m", 1.0, ratio, ratio, low, high)
+def test_row_flags_judge_the_per_round_ratio(
+    ratio: float, paired: float, low: float, high: float, regression: bool, noisy: bool
+) -> None:
+    row = Row("m", 1.0, ratio, ratio, low, high, paired)
     assert (row.regression, row.noisy) == (regression, noisy)
 
 
@@ -175,10 +180,10 @@ def test_compare_zero_before_gives_nan_not_a_crash() -> None:
 
 
 def test_table_renders_each_row_with_its_notes() -> None:
-    text = table([Row("a", 1.0, 1.2, 1.2, 1.15, 1.25), Row("b", 2.0, 2.0, 1.0, 0.9, 1.1)], "ms")
+    text = table([Row("a", 1.0, 1.2, 1.2, 1.15, 1.25, 1.2), Row("b", 2.0, 2.0, 1.0, 0.9, 1.1, 1.0)], "ms")
     lines = text.splitlines()
-    assert lines[2] == "| a | 1.000 | 1.200 | 1.200 | 1.15..1.25 | **> 1.10** |"
-    assert lines[3] == "| b | 2.000 | 2.000 | 1.000 | 0.90..1.10 | spread > effect |"
+    assert lines[2] == "| a | 1.000 | 1.200 | 1.200 | **1.200** (1.15..1.25) | **> 1.10** |"
+    assert lines[3] == "| b | 2.000 | 2.000 | 1.000 | **1.000** (0.90..1.10) | spread > effect |"
 
 
 def test_write_subsection_keeps_the_section_intro_other_subsections_and_sections(tmp_path: Path) -> None:
