@@ -25,7 +25,7 @@ import pytest
 
 from engine.cli import build_parser
 from engine.config.crd import qosd_crds
-from engine.daemon import build_kube
+from engine.daemon.wiring import build_kube
 from engine.model.operations import Operation
 from tests.kubeapi import ApiServer
 from tests.realcgroup import real_subtree
