@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from engine.model.units import parse_duration, parse_quantity
 
@@ -172,3 +174,13 @@ def cgroup_pattern(text: str) -> str:
         return check_pattern(text)
     except PatternError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run_command(name: str, add_parser: Callable[[Any], None], argv: Sequence[str] | None = None) -> int:
+    """Run one ``qosd`` command from its own argv, as ``qosd <name> ...`` would (used by a command's
+    ``main`` for ``python -m`` and for tests that drive one command without the whole CLI)."""
+    parser = argparse.ArgumentParser(prog="qosd")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args([name, *(argv if argv is not None else sys.argv[1:])])
+    code: int = args.func(args)
+    return code

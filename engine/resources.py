@@ -11,6 +11,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+# The apiVersion of every document qosd reads or writes (policies, facts, traces, records).
+API_VERSION = "qosd.io/v1alpha1"
+
 _PACKAGE = Path(__file__).resolve().parent
 
 

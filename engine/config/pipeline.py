@@ -34,9 +34,8 @@ from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
 from engine.config.selector import matches
 from engine.model.node import NodeInfo
-from engine.resources import bundled_policy_files, data_dir
+from engine.resources import API_VERSION, bundled_policy_files, data_dir
 
-API_VERSION = "qosd.io/v1alpha1"
 PROFILE_LABEL = "qosd.io/profile"
 MAX_VARIANTS = 64
 

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.config.pipeline import API_VERSION
 from engine.daemon.faults import FileFault
 from engine.daemon.parts import OperationOutcome
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
+from engine.resources import API_VERSION
 from engine.tick import TickResult
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from prometheus_client import Counter
 
 from engine.adapters.fsio import errno_name
-from engine.config.pipeline import API_VERSION
 from engine.daemon.faults import FileFault, describe_exception
 from engine.daemon.logs import log
 from engine.evaluate.state import MAX_STATE_BYTES, CorruptState, EngineState, state_from_json
 from engine.model.operations import EvictPod
 from engine.plan.planner import Held, Plan
+from engine.resources import API_VERSION
 from engine.tick import TickResult
 
 

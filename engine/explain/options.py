@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.argtypes import run_command
 from engine.explain.command import cmd_explain
 
 
@@ -33,8 +32,4 @@ def add_parser(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="qosd")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["explain", *(argv if argv is not None else sys.argv[1:])])
-    code: int = args.func(args)
-    return code
+    return run_command("explain", add_parser, argv)

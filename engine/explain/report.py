@@ -12,8 +12,7 @@ from engine.explain.decisions import Sentence
 from engine.explain.provenance import short_hash
 from engine.explain.reader import Tick
 from engine.explain.units import num
-
-API_VERSION = "qosd.io/v1alpha1"
+from engine.resources import API_VERSION
 
 
 def tick_header(doc: Mapping[str, Any]) -> str:

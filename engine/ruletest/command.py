@@ -8,7 +8,7 @@ import re
 import sys
 
 from engine.config.errors import PolicyError, UsageError
-from engine.config.pipeline import API_VERSION
+from engine.resources import API_VERSION
 from engine.ruletest.reader import load_suites
 from engine.ruletest.report import format_json, format_text
 from engine.ruletest.runner import run

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.argtypes import run_command
 from engine.ruletest.command import cmd_test
 
 
@@ -31,8 +30,4 @@ def add_parser(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="qosd")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["test", *(argv if argv is not None else sys.argv[1:])])
-    code: int = args.func(args)
-    return code
+    return run_command("test", add_parser, argv)

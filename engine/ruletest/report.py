@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from engine.config.pipeline import API_VERSION
+from engine.resources import API_VERSION
 from engine.ruletest.check import Failure
 from engine.ruletest.runner import CaseResult
 

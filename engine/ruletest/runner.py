@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config.errors import Location, PolicyError, Problem
-from engine.config.pipeline import API_VERSION, PROFILE_LABEL, build_policy, load_documents
+from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.model.facts import snapshot_from_dict
+from engine.resources import API_VERSION
 from engine.ruletest.check import Failure, check_tick
 from engine.ruletest.model import Case, Suite
 from engine.tick import TickResult, run_tick

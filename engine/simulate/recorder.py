@@ -6,9 +6,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.config.pipeline import API_VERSION
 from engine.evaluate.engine import Engine
 from engine.model.operations import EvictPod, SetNodeTaint, WriteCgroup
+from engine.resources import API_VERSION
 from engine.simulate.node import SimulatedNode
 from engine.simulate.result import Event, Options, TickNumbers
 from engine.sources.trace import (

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.config.pipeline import API_VERSION
 from engine.config.policy import Policy
 from engine.plan.planner import Guards
+from engine.resources import API_VERSION
 from engine.sources.trace import (
     Trace,
     clock_text,

@@ -46,7 +46,6 @@ from engine.resources import data_dir
 from engine.sources.cgroupfs import Translate
 from engine.sources.collector import CollectorOptions, NodeCollector
 
-API_VERSION = "qosd.io/v1alpha1"
 KIND = "StandaloneWorkloads"
 DEFAULT_ROOTS = ("qosd*/*",)
 KATALYST_QOS = "katalyst.kubewharf.io/qos_level"

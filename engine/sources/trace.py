@@ -35,12 +35,11 @@ from engine.config.schema_check import inline_refs, validation_problems
 from engine.config.unitcheck import schema_file, unit_problems
 from engine.model.facts import FactMap, Snapshot, Workload, flatten_metrics, snapshot_from_dict
 from engine.model.units import parse_duration, parse_quantity
-from engine.resources import data_dir, load_schema
+from engine.resources import API_VERSION, data_dir, load_schema
 from engine.sources.facts_check import semantic_problems
 from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
 
-API_VERSION = "qosd.io/v1alpha1"
 FACTS_SCHEMA_ID = "https://qosd.io/schemas/v1alpha1/facts.schema.json"
 GiB = float(1 << 30)
 
