@@ -31,7 +31,10 @@ and the observed files over several ticks, each cgroup on its own phase so the w
 daemon's settings and the bound they give are in docs/standalone.md, "What a tick costs"). The
 default reader keeps pseudo-files open between ticks (``PinnedReader``). While the workload objects
 and the tracked files are unchanged, the list of cgroups sampled and of files observed is the same
-tuple as last tick, which lets the sampler and the Observer skip regrouping them.
+tuple as last tick, which lets the sampler and the Observer skip regrouping them. ``memory.numa_stat``
+is read only for a policy that reads what it gives (``use_policy``): each cgroup's, with its memory
+files, for a ``numaScoped`` evict (pod ``numa.<id>.memory_usage_bytes``), and the reclaim root's once
+a tick for a ``memoryGuard`` (NUMA ``memory.reclaimed_usage_bytes``).
 """
 
 from __future__ import annotations
