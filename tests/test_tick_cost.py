@@ -185,17 +185,13 @@ def reads_of(reads: Counter[str], suffix: str) -> int:
     return sum(n for path, n in reads.items() if path.endswith(suffix) and "/cgroup/" in path)
 
 
-def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files(tmp_path: Path) -> None:
-    """Twelve v1 workloads, memory every 4 ticks, observation every 3. After the first tick nothing
-    is opened; each CPU counter is read every tick, each memory.stat once per 4 ticks, each observed
-    cpuset once per 3; and a counter changed in place still shows up in the next tick."""
-    cg = v1_root(tmp_path)
-    n = 12
-    for i in range(n):
-        v1_cgroup(cg, f"qosd-demo/w{i:02d}", 0)
+def counting_collector(
+    tmp_path: Path, cg: Path, options: CollectorOptions
+) -> tuple[NodeCollector, CountingReader, CountingOpener, Clock]:
+    """A collector over the v1 tree ``cg`` whose reads and opens are counted. A temp tree is no
+    pseudo-filesystem, so pinning is allowed explicitly; files here are only rewritten in place,
+    as the kernel's are."""
     opener = CountingOpener()
-    # A temp tree is no pseudo-filesystem, so pinning is allowed explicitly; files here are only
-    # rewritten in place, as the kernel's are.
     counting = CountingReader(PinnedReader(opener, pinnable=lambda _: True))
     clock = Clock()
     fs = layout_of(cg)
@@ -205,10 +201,24 @@ def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files
         procfs=procfs_tree(tmp_path),
         sysfs=sysfs_tree(tmp_path),
         reader=counting,  # type: ignore[arg-type]
-        options=CollectorOptions(memory_every=4, observe_every=3),
+        options=options,
         clock=clock,
         monotonic=clock,
         page_size=PAGE,
+    )
+    return collector, counting, opener, clock
+
+
+def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files(tmp_path: Path) -> None:
+    """Twelve v1 workloads, memory every 4 ticks, observation every 3. After the first tick nothing
+    is opened; each CPU counter is read every tick, each memory.stat once per 4 ticks, each observed
+    cpuset once per 3; and a counter changed in place still shows up in the next tick."""
+    cg = v1_root(tmp_path)
+    n = 12
+    for i in range(n):
+        v1_cgroup(cg, f"qosd-demo/w{i:02d}", 0)
+    collector, counting, opener, clock = counting_collector(
+        tmp_path, cg, CollectorOptions(memory_every=4, observe_every=3)
     )
     collector.collect()
     opener.opens.clear()
@@ -250,20 +260,7 @@ def test_numa_stat_is_read_only_when_the_policy_uses_it(
         v1_cgroup(cg, f"qosd-demo/w{i:02d}", 0)
         write(cg, f"memory/qosd-demo/w{i:02d}/memory.numa_stat", V1_TWO_NODES)
     write(cg, "memory/kubepods/besteffort/memory.numa_stat", V1_TWO_NODES)
-    counting = CountingReader(PinnedReader(CountingOpener(), pinnable=lambda _: True))
-    clock = Clock()
-    fs = layout_of(cg)
-    collector = NodeCollector(
-        StandaloneSource(fs, StandaloneConfig()),
-        fs,
-        procfs=procfs_tree(tmp_path),
-        sysfs=sysfs_tree(tmp_path),
-        reader=counting,  # type: ignore[arg-type]
-        options=CollectorOptions(memory_every=4),
-        clock=clock,
-        monotonic=clock,
-        page_size=PAGE,
-    )
+    collector, counting, _, clock = counting_collector(tmp_path, cg, CollectorOptions(memory_every=4))
     if policy is not None:
         collector.use_policy(policy_of(tmp_path, policy))  # type: ignore[arg-type]
     collector.collect()
