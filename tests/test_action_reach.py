@@ -16,6 +16,7 @@ made beforehand as the kernel would on mkdir.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,12 +27,13 @@ import pytest
 from engine.cli import build_parser
 from engine.config.crd import qosd_crds
 from engine.daemon.wiring import build_kube
-from engine.model.operations import Operation
+from engine.model.operations import Operation, WriteCgroup
 from tests.kubeapi import ApiServer
 from tests.realcgroup import real_subtree
 from tests.test_kube_daemon import NODE, daemon_args, pod, populate, rbac_rules, wait_for
 from tests.test_resctrl_adapter import make_tree
 
+PAGE = os.sysconf("SC_PAGE_SIZE")
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "qospolicy.schema.json"
 
 
@@ -81,12 +83,6 @@ def action_kinds() -> list[str]:
     return list(schema["$defs"]["action"]["properties"])
 
 
-NOT_YET = {
-    "memoryGuard": "the daemon's collectors do not read numa.memory.reclaimed_usage_bytes (the reclaim "
-    "root's memory.numa_stat), so memoryGuard has no input in `qosd run` and gives no advice",
-}
-
-
 @pytest.fixture(scope="module")
 def reached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[str, str, str | None]]]:
     """rule name -> [(operation kind, result status, error)] from a few ticks of `qosd run`."""
@@ -113,6 +109,7 @@ def reached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[st
         seen: dict[str, list[tuple[str, str, str | None]]] = {}
         ticks: list[int] = []
         writes: list[str] = []  # cgroup writes done: all must be inside the test subtree
+        guard: list[tuple[str, str, str | None]] = []  # the memory guard's writes: (file, value, status)
         apply = daemon.executor.apply
 
         def recording(operations: Sequence[Operation]) -> Sequence[Any]:
@@ -122,6 +119,8 @@ def reached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[st
                 if path is not None and outcome.status == "applied":
                     writes.append(str(path))
                 seen.setdefault(str(getattr(op, "rule", "")), []).append((op.kind, outcome.status, outcome.error))
+                if isinstance(op, WriteCgroup) and op.rule == "memoryGuard":
+                    guard.append((f"{op.path}/{op.file}", op.value, outcome.status))
             ticks.append(len(operations))
             return outcomes
 
@@ -130,7 +129,7 @@ def reached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[st
         loop.start()
         try:
             # suppress needs the node's CPU usage, a rate: it has a value from the second sample on
-            wait_for("every wired action kind", lambda: set(action_kinds()) - set(NOT_YET) <= set(seen))
+            wait_for("every action kind", lambda: set(action_kinds()) <= set(seen))
             settled = len(ticks)
             wait_for("three more ticks", lambda: len(ticks) >= settled + 3)
         finally:
@@ -143,17 +142,18 @@ def reached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[st
         seen["_deleted"] = [("", str(api.get("v1", "Pod", "batch", "default") is None), None)]
         schemata = tmp / "resctrl" / "reach" / "schemata"
         seen["_resctrl"] = [("", schemata.read_text() if schemata.exists() else "", None)]
+        seen["_guard"] = guard
+        seen["_limit"] = [("", tree.read("memory", "app", "memory.limit_in_bytes"), None)]
+        numa_stat = tree.read("memory", "app", "memory.numa_stat")
+        pages = next(ln for ln in numa_stat.splitlines() if ln.startswith("hierarchical_total="))
+        seen["_reclaimed"] = [("", str(int(pages.split()[0].partition("=")[2]) * PAGE), None)]
+        meminfo = Path("/proc/meminfo").read_text().split()
+        seen["_memtotal"] = [("", str(int(meminfo[meminfo.index("MemTotal:") + 1]) * 1024), None)]
     api.stop()
     return seen
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=NOT_YET[k])) if k in NOT_YET else k
-        for k in action_kinds()
-    ],
-)
+@pytest.mark.parametrize("kind", action_kinds())
 def test_each_action_kind_reaches_an_adapter(
     reached: dict[str, list[tuple[str, str, str | None]]], kind: str
 ) -> None:
@@ -170,3 +170,18 @@ def test_the_adapters_acted(reached: dict[str, list[tuple[str, str, str | None]]
     assert reached["_deleted"][0][1] == "True"
     # l3Percent [0, 50] of the fake tree's 12-way mask fff: the low 6 ways on each cache domain
     assert "L3:0=3f;1=3f" in reached["_resctrl"][0][1].replace(" ", ""), reached["setResctrl"]
+
+
+def test_the_memory_guard_capped_the_reclaim_root(reached: dict[str, list[tuple[str, str, str | None]]]) -> None:
+    """The guard's input is the reclaim root's (here ``app``'s) memory.numa_stat, so it wrote
+    memory.limit_in_bytes (v1 has no memory.high) of that cgroup, and the kernel holds its last
+    value (page-rounded). limit = reclaimed usage + Σ max(free(n) − crit(n), 0): at least what the
+    kernel says the root uses (its process only sleeps), and less than that plus the node's memory.
+    Without the collected fact the guard gives no advice and writes nothing."""
+    guard = reached["_guard"]
+    assert guard, reached.get("memoryGuard")
+    assert all(file.endswith("/app/memory.limit_in_bytes") and status == "applied" for file, _, status in guard), guard
+    value = int(guard[-1][1])
+    assert int(reached["_limit"][0][1]) == value // PAGE * PAGE
+    reclaimed = int(reached["_reclaimed"][0][1])
+    assert reclaimed <= value < reclaimed + int(reached["_memtotal"][0][1])

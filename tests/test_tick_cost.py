@@ -9,6 +9,8 @@ guard the mechanisms the budget rests on, by counting:
 - the collector opens no file in a steady tick (counters stay open and are re-read with pread),
   reads each CPU counter every tick, each memory.stat once per ``memory_every`` ticks and each
   observed file once per ``observe_every`` ticks, and still sees every change in place;
+- memory.numa_stat is read only for a policy that uses it: per pod with the memory files for a
+  numaScoped evict, the reclaim root's once a tick for a memoryGuard, never otherwise;
 - the Observer re-reads a pair at once after ``invalidate`` and hands back the same mapping while
   nothing changed (never one it later changes);
 - the cgroup adapter resolves a directory once per DIR_TTL calls, and again at once when the cgroup
@@ -54,6 +56,7 @@ from tests.test_collectors import (
     v1_root,
     write,
 )
+from tests.test_numa_stat import GUARD_AND_NUMA_EVICT, NEITHER, V1_TWO_NODES, policy_of
 
 KATALYST_QOS = "katalyst.kubewharf.io/qos_level"
 
@@ -182,17 +185,13 @@ def reads_of(reads: Counter[str], suffix: str) -> int:
     return sum(n for path, n in reads.items() if path.endswith(suffix) and "/cgroup/" in path)
 
 
-def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files(tmp_path: Path) -> None:
-    """Twelve v1 workloads, memory every 4 ticks, observation every 3. After the first tick nothing
-    is opened; each CPU counter is read every tick, each memory.stat once per 4 ticks, each observed
-    cpuset once per 3; and a counter changed in place still shows up in the next tick."""
-    cg = v1_root(tmp_path)
-    n = 12
-    for i in range(n):
-        v1_cgroup(cg, f"qosd-demo/w{i:02d}", 0)
+def counting_collector(
+    tmp_path: Path, cg: Path, options: CollectorOptions
+) -> tuple[NodeCollector, CountingReader, CountingOpener, Clock]:
+    """A collector over the v1 tree ``cg`` whose reads and opens are counted. A temp tree is no
+    pseudo-filesystem, so pinning is allowed explicitly; files here are only rewritten in place,
+    as the kernel's are."""
     opener = CountingOpener()
-    # A temp tree is no pseudo-filesystem, so pinning is allowed explicitly; files here are only
-    # rewritten in place, as the kernel's are.
     counting = CountingReader(PinnedReader(opener, pinnable=lambda _: True))
     clock = Clock()
     fs = layout_of(cg)
@@ -202,10 +201,24 @@ def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files
         procfs=procfs_tree(tmp_path),
         sysfs=sysfs_tree(tmp_path),
         reader=counting,  # type: ignore[arg-type]
-        options=CollectorOptions(memory_every=4, observe_every=3),
+        options=options,
         clock=clock,
         monotonic=clock,
         page_size=PAGE,
+    )
+    return collector, counting, opener, clock
+
+
+def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files(tmp_path: Path) -> None:
+    """Twelve v1 workloads, memory every 4 ticks, observation every 3. After the first tick nothing
+    is opened; each CPU counter is read every tick, each memory.stat once per 4 ticks, each observed
+    cpuset once per 3; and a counter changed in place still shows up in the next tick."""
+    cg = v1_root(tmp_path)
+    n = 12
+    for i in range(n):
+        v1_cgroup(cg, f"qosd-demo/w{i:02d}", 0)
+    collector, counting, opener, clock = counting_collector(
+        tmp_path, cg, CollectorOptions(memory_every=4, observe_every=3)
     )
     collector.collect()
     opener.opens.clear()
@@ -228,6 +241,37 @@ def test_a_steady_collector_opens_nothing_and_staggers_memory_and_observed_files
     clock.t += 1
     assert collector.collect().metrics.pods["qosd-demo/w00"]["cpu.usage_cores"] == pytest.approx(2.0)
     assert opener.opens == Counter()
+
+
+@pytest.mark.parametrize(
+    ("policy", "pod_reads", "root_reads"),
+    [(None, 0, 0), (NEITHER, 0, 0), (GUARD_AND_NUMA_EVICT, 12 * 12 // 4, 12)],
+    ids=["no policy", "policy without numa rules", "memoryGuard and numaScoped evict"],
+)
+def test_numa_stat_is_read_only_when_the_policy_uses_it(
+    tmp_path: Path, policy: str | None, pod_reads: int, root_reads: int
+) -> None:
+    """Twelve v1 workloads, memory every 4 ticks, over 12 ticks: a policy without a memoryGuard or
+    a numaScoped evict costs no memory.numa_stat read; with them, each pod's is read with its
+    memory.stat (staggered) and the reclaim root's once a tick."""
+    cg = v1_root(tmp_path)
+    n = 12
+    for i in range(n):
+        v1_cgroup(cg, f"qosd-demo/w{i:02d}", 0)
+        write(cg, f"memory/qosd-demo/w{i:02d}/memory.numa_stat", V1_TWO_NODES)
+    write(cg, "memory/kubepods/besteffort/memory.numa_stat", V1_TWO_NODES)
+    collector, counting, _, clock = counting_collector(tmp_path, cg, CollectorOptions(memory_every=4))
+    if policy is not None:
+        collector.use_policy(policy_of(tmp_path, policy))  # type: ignore[arg-type]
+    collector.collect()
+    counting.reads.clear()
+    for _ in range(12):
+        clock.t += 1
+        snap = collector.collect()
+        assert len(snap.metrics.pods) == n
+    root = sum(n for path, n in counting.reads.items() if path.endswith("besteffort/memory.numa_stat"))
+    assert reads_of(counting.reads, "memory.numa_stat") - root == pod_reads
+    assert root == root_reads
 
 
 def test_a_vanished_cgroups_descriptors_are_closed(tmp_path: Path) -> None:

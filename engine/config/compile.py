@@ -181,6 +181,16 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
     pressure = compile_pressure(c, spec.get("pressure") or {})
     mode = str(spec.get("mode", "enforce"))
     rules = [_compile_rule(c, i, raw, mode) for i, raw in enumerate(spec.get("rules", []))]
+    memory_guard_spec.check_one_reclaim_root(
+        c,
+        (
+            (a.path, a.spec)
+            for r in rules
+            if r is not None
+            for a in r.actions
+            if isinstance(a.spec, memory_guard_spec.MemoryGuardSpec)
+        ),
+    )
     if c.problems:
         raise PolicyError(c.problems)
     frozen_spec = freeze(spec)

@@ -31,7 +31,10 @@ and the observed files over several ticks, each cgroup on its own phase so the w
 daemon's settings and the bound they give are in docs/standalone.md, "What a tick costs"). The
 default reader keeps pseudo-files open between ticks (``PinnedReader``). While the workload objects
 and the tracked files are unchanged, the list of cgroups sampled and of files observed is the same
-tuple as last tick, which lets the sampler and the Observer skip regrouping them.
+tuple as last tick, which lets the sampler and the Observer skip regrouping them. ``memory.numa_stat``
+is read only for a policy that reads what it gives (``use_policy``): each cgroup's, with its memory
+files, for a ``numaScoped`` evict (pod ``numa.<id>.memory_usage_bytes``), and the reclaim root's once
+a tick for a ``memoryGuard`` (NUMA ``memory.reclaimed_usage_bytes``).
 """
 
 from __future__ import annotations
@@ -49,9 +52,18 @@ from typing import Any, Protocol
 from engine.cgroups.mounts import CgroupLayout
 from engine.cgroups.weight import WeightFormula
 from engine.config.policy import Policy
+from engine.features.eviction.spec import EvictSpec
+from engine.features.memory_qos.spec import MemoryGuardSpec
 from engine.features.rules.conditions import comparisons
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
-from engine.sources.cgroupfs import CgroupMetrics, CgroupOptions, Observer, Translate
+from engine.sources.cgroupfs import (
+    NUMA_STAT,
+    CgroupMetrics,
+    CgroupOptions,
+    Observer,
+    Translate,
+    parse_numa_stat,
+)
 from engine.sources.files import PinnedReader, Reader, TickReader
 from engine.sources.procfs import ProcSource, psi_facts
 from engine.sources.sysfs import TopologySource
@@ -333,7 +345,10 @@ class NodeCollector:
         self._needs: frozenset[str] = frozenset()
         self._stores: dict[str, WindowStore] = {}
         self._class_store: WindowStore | None = None
-        self.cgroups = CgroupMetrics(cgroup, self.reader)
+        self.cgroups = CgroupMetrics(cgroup, self.reader, page_size=self.proc.page_size)
+        # The memory guard's reclaim root, whose memory.numa_stat gives the NUMA fact
+        # memory.reclaimed_usage_bytes; None while no memoryGuard action is in the policy.
+        self._reclaim_root: str | None = None
         self._started = monotonic()
         self._usage_at: float | None = None  # last tick with node CPU and memory usage sampled
         self.observer = Observer(cgroup, self.reader, options.observe_every, observe)
@@ -353,7 +368,14 @@ class NodeCollector:
         self._class_of = class_of
         self.weight_formula = policy.weight_formula
         needs = set()
+        self._reclaim_root = None
         for rule in policy.rules:
+            for action in rule.actions:
+                spec = action.spec
+                if isinstance(spec, MemoryGuardSpec) and self._reclaim_root is None:
+                    self._reclaim_root = spec.cgroup
+                if isinstance(spec, EvictSpec) and spec.victims.numa_scoped and rule.scope == "numa":
+                    needs.add("pod_numa")  # the NUMA victim filter reads numa.<id>.memory_usage_bytes
             for c in comparisons(rule.when) + comparisons(rule.clear_when):
                 path = ".".join(c.spec.path)
                 if c.spec.scope == "container":
@@ -393,6 +415,7 @@ class NodeCollector:
             psi=wanted(opts.cgroup_psi, "cgroup_psi"),
             throttling=wanted(opts.throttling, "throttling"),
             memory_every=opts.memory_every,
+            numa="pod_numa" in self._needs,
         )
 
     def track(self, pairs: Iterable[tuple[str, str]]) -> None:
@@ -456,6 +479,8 @@ class NodeCollector:
         topology = topo.topology
         node, numa = self.proc.sample(topology)
         node["reclaim.metrics_age_seconds"] = self._metrics_age(node, now)
+        if self._reclaim_root is not None:
+            self._reclaimed_usage(self._reclaim_root, numa)
         if self.options.workload_psi_cgroup is not None and self.cgroup.version == 2:
             base = self.cgroup.dir(self.options.workload_psi_cgroup)
             for resource in ("cpu", "memory", "io"):
@@ -515,6 +540,15 @@ class NodeCollector:
             resctrl=self.resctrl() if self.resctrl is not None else NO_RESCTRL,
             cgroup_version=self.cgroup.version,
         )
+
+    def _reclaimed_usage(self, root: str, numa: Mapping[int, dict[str, Any]]) -> None:
+        """The memory guard's input: per NUMA node, what the reclaim root (its ``cgroup``) uses
+        there, from the root's memory.numa_stat. A node the file does not give keeps no fact."""
+        text = self.reader.read(self.cgroup.file(root, NUMA_STAT))
+        for nid, used in parse_numa_stat(text, self.cgroup.version, self.proc.page_size).items():
+            facts = numa.get(nid)
+            if facts is not None:
+                facts["memory.reclaimed_usage_bytes"] = float(used)
 
     def _metrics_age(self, node: Mapping[str, Any], now: float) -> float:
         """Seconds since qosd last had a whole view of usage: node CPU and memory sampled, and the

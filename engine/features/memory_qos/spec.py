@@ -3,7 +3,7 @@ generation, and the memoryGuard action's spec (Katalyst's MemoryGuard defaults) 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,3 +75,21 @@ def check(c: Checker, p: JsonPath, params: Mapping[str, Any]) -> None:
     c.quantity((*p, "minCriticalWatermark"), params.get("minCriticalWatermark"))
     if "cgroup" in params:
         c.cgroup_path((*p, "cgroup"), "memoryGuard cgroup", params["cgroup"])
+
+
+def check_one_reclaim_root(c: Checker, guards: Iterable[tuple[JsonPath, MemoryGuardSpec]]) -> None:
+    """Every memoryGuard of a policy names the same cgroup: the node collector reads one reclaim
+    root's memory.numa_stat into numa.memory.reclaimed_usage_bytes (one fact per NUMA node, as
+    Katalyst has one reclaim root), so a second root would be capped from the first one's usage."""
+    first: tuple[JsonPath, MemoryGuardSpec] | None = None
+    for path, spec in guards:
+        if first is None:
+            first = (path, spec)
+        elif spec.cgroup != first[1].cgroup:
+            c.add(
+                (*path, "cgroup"),
+                f"memoryGuard cgroup {spec.cgroup!r} differs from {first[1].cgroup!r} of an earlier "
+                "memoryGuard; qosd collects the reclaimed usage of one reclaim root per node",
+                hint="give every memoryGuard the same cgroup, or keep one memoryGuard rule",
+                related=[c.loc((*first[0], "cgroup"))],
+            )
