@@ -753,8 +753,7 @@ NON_FINITE_CONSTANT = ()
         pytest.param("{{ -1e999 }}", id="literal-minus-inf", marks=NON_FINITE_CONSTANT),
         pytest.param("{{ [1e999] }}", id="inf-in-list", marks=NON_FINITE_CONSTANT),
         pytest.param("{{ node.cpus * 1e999 }}", id="inf-times-fact", marks=NON_FINITE_CONSTANT),
-        pytest.param("{{ 'inf'|float }}", id="inf-filter", marks=NON_FINITE_CONSTANT),
-        pytest.param("{{ 'nan'|float }}", id="nan-filter", marks=NON_FINITE_CONSTANT),
+        # 'inf'|float and 'nan'|float give float's default: test_float_and_int_treat_non_finite_...
         pytest.param(
             "{{ ('1e308'|float) * 10 }}",
             id="overflow-to-inf",
@@ -903,3 +902,27 @@ def test_render_document_without_templates_is_identity() -> None:
     data, problems = render_document(doc, context())
     assert problems == []
     assert data == doc.data
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{{ '1e9999999'|float(-1) }}", -1),  # a node label that overflows: the default
+        ("{{ 'inf'|float }}", 0.0),
+        ("{{ '-inf'|float(3) }}", 3),
+        ("{{ 'nan'|float(2) }}", 2),
+        ("{{ (1e308 * 10)|int(7) }}", 7),  # arithmetic overflow to infinity
+        ("{{ '1e999'|int(5) }}", 5),
+        ("{{ 'nan'|int(4) }}", 4),
+        ("{{ '2.5'|float }}", 2.5),  # finite values convert as in Jinja
+        ("{{ '42'|int }}", 42),
+        ("{{ 3.9|int }}", 3),
+        ("{{ 'abc'|int(9) }}", 9),
+    ],
+)
+def test_float_and_int_treat_non_finite_numbers_as_unconvertible(text: str, expected: float) -> None:
+    """A template that converts a node label with ``float``/``int`` gets the default for a value that is
+    not a finite number, as for any other non-number, instead of an infinity that fails later
+    (``OverflowError`` in ``int``), which made the built-in policy fail for that node."""
+    assert render_value(text, context()) == expected
+

@@ -384,6 +384,10 @@ def test_bundled_default_policy_uses_katalyst_headroom() -> None:
         ("1.15", None, (114, 65)),  # int(114.99999999999999): Go truncates the same way
         ("-0.1", "abc", (60, 65)),  # negative or unparsable: ignored
         ("3", None, (200, 65)),  # capped at qosd's 200% bound
+        # not a finite number: ignored like any unparsable value (the fuzz harness found "1e9999999"
+        # failing the whole built-in policy for the node with OverflowError in the int filter)
+        ("1e9999999", "inf", (60, 65)),
+        ("nan", "-1e9999", (60, 65)),
     ],
 )
 def test_koordinator_profile_ratio_labels(
