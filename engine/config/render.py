@@ -27,13 +27,13 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, Undefined, UndefinedError
-from jinja2 import filters as jinja_filters
 from jinja2 import nodes as jinja_nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.config.errors import Problem, short
+from engine.config.finite import finite_float, finite_int
 from engine.config.load import Document, JsonPath
 
 MAX_RANGE = 10_000
@@ -407,25 +407,6 @@ def _finalize(value: Any) -> Any:
     return value
 
 
-def _finite_float(value: Any, default: float = 0.0) -> float:
-    """Jinja's ``float``, where a value that is not a finite number ("inf", "nan", "1e9999" in a node
-    label) is one that does not convert: the default, as for any other non-number. Quantities in
-    qosd are finite, and an infinity would only fail later, in ``int`` or in a bound."""
-    out = jinja_filters.do_float(value, default)
-    return out if math.isfinite(out) else default
-
-
-def _finite_int(value: Any, default: int = 0, base: int = 10) -> int:
-    """Jinja's ``int``, where an infinite or NaN value (or a string of one) gives the default
-    instead of escaping as OverflowError / ValueError."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return default
-    try:
-        return jinja_filters.do_int(value, default, base)
-    except (OverflowError, ValueError):
-        return default
-
-
 def _make_env() -> _QosdSandbox:
     # optimized=False: Jinja's constant folding evaluates parts of an expression while compiling,
     # outside the sandbox's runtime checks, and can emit code naming `inf`/`nan`.
@@ -437,7 +418,7 @@ def _make_env() -> _QosdSandbox:
         optimized=False,
     )
     env.globals = {"range": _bounded_range, "dict": dict}
-    env.filters.update(float=_finite_float, int=_finite_int)
+    env.filters.update(float=finite_float, int=finite_int)
     env.filters = {name: _guard_filter(name, env.filters[name]) for name in SAFE_FILTERS}
     env.tests = {k: v for k, v in env.tests.items() if k not in ("callable",)}
     return env
