@@ -83,6 +83,12 @@ def huge_request(d: dict[str, Any]) -> None:
     d["workloads"][0]["containers"] = [{"name": "c", "requests": {"cpu": 1e300}}]
 
 
+def huge_metric(d: dict[str, Any]) -> None:
+    # found by the fuzz harness: a pod's usage_cores of -1e308 passed, then the reclaim step's
+    # millicores (x 1000) overflowed to infinity in the middle of the tick
+    d["metrics"]["pods"] = {"x": {"cpu": {"usage_cores": -1e308}}}
+
+
 def numa_metric_key(d: dict[str, Any]) -> None:
     d["metrics"]["numa"] = {"zero": {}}
 
@@ -116,6 +122,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("observed cgroup leaves the root", dotdot_observed, "$.cgroups['../outside']", "'..' component"),
     ("NUMA metrics key", numa_metric_key, "$.metrics.numa.zero", "keyed by NUMA id"),
     ("capacity out of range", huge_capacity, "$.node.capacity.memory", "is too large"),
+    ("metric out of range", huge_metric, "$.metrics.pods.x.cpu.usage_cores", "beyond what a node reports"),
     ("request out of range", huge_request, "$.workloads[0].containers[0].requests.cpu", "is too large"),
 ]
 

@@ -73,9 +73,32 @@ def semantic_problems(data: Mapping[str, Any], locate: Locate) -> list[Problem]:
                     'use the node\'s NUMA ids as keys, e.g. "0", "1"',
                 )
             )
+    _metric_values(metrics, ("metrics",), locate, out)
     for key in data.get("cgroups") or {}:
         _cgroup_path(str(key), ("cgroups", key), True, locate, out)
     return out
+
+
+# The largest magnitude of a metric value: 2**53 (8 PiB in bytes, far past any core count or rate),
+# the same bound as quantities, so a tick's products and sums of metrics stay finite.
+METRIC_LIMIT = float(2**53)
+
+
+def _metric_values(raw: Any, base: JsonPath, locate: Locate, out: list[Problem]) -> None:
+    if isinstance(raw, Mapping):
+        for key, value in raw.items():
+            _metric_values(value, (*base, key), locate, out)
+    elif isinstance(raw, list):
+        for i, value in enumerate(raw):
+            _metric_values(value, (*base, i), locate, out)
+    elif isinstance(raw, int | float) and not isinstance(raw, bool) and abs(raw) > METRIC_LIMIT:
+        out.append(
+            Problem(
+                locate(base, False),
+                f"metric value {raw:.6g} is beyond what a node reports (at most 2^53 in magnitude)",
+                "a real counter, rate or usage is far smaller; check the unit and the exponent",
+            )
+        )
 
 
 def _topology(topo: Mapping[str, Any], base: JsonPath, locate: Locate, out: list[Problem]) -> None:
