@@ -14,6 +14,7 @@ from typing import Any
 from engine.config.policy import Effects
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
+from engine.features.eviction.pool_load import HARD, pod_history
 from engine.features.eviction.pressure import (
     MEMORY_ENHANCEMENT,
     BeCpu,
@@ -25,6 +26,7 @@ from engine.features.eviction.pressure import (
 from engine.features.eviction.spec import (
     BeSatisfaction,
     EvictSpec,
+    PoolLoad,
     ReclaimedOvercommit,
     RssOveruse,
     SuppressionTolerance,
@@ -35,6 +37,7 @@ from engine.features.eviction.strategy import (
     Candidate,
     TriggerResult,
     choose,
+    critical_left_out,
     eligible,
     numa_usage_key,
     on_numa,
@@ -103,6 +106,10 @@ def evict(ctx: ActionContext) -> bool:
         pool = [c for c in candidates if c.workload.uid not in picked]
         if numa_scoped and key is not None:
             pool = _on_numa(ctx, spec.victims, pool, key)
+        for c, why in critical_left_out(pool, spec.victims):
+            if c.workload.uid not in picked:
+                picked.add(c.workload.uid)  # said once per firing
+                ctx.skip(f"{c.workload.key} is kubelet-critical ({why}): never an eviction victim")
         trigger = (
             known
             if known is not None
@@ -268,7 +275,30 @@ def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence
         return _tolerance(ctx, spec, eligible_pool)
     if isinstance(spec, ReclaimedOvercommit):
         return _overcommit(ctx, spec, eligible_pool)
+    if isinstance(spec, PoolLoad):
+        return _pool_load(ctx, eligible_pool)
     return _satisfaction(ctx, victims, spec, [c.workload for c in eligible_pool])
+
+
+def _pool_load(ctx: ActionContext, pool: Sequence[Candidate]) -> TriggerResult:
+    """Katalyst's load-pressure victims: the candidates with a container in the hard pool, the
+    highest sum of their load samples first (ties by name)."""
+    inputs = ctx.tick.pressure_inputs.get("pool_load") or {}
+    plan = ctx.tick.pool_plan
+    hard = inputs.get("pool") if inputs.get("met") == HARD else None
+    if not hard or plan is None:
+        met = inputs.get("met", "none")
+        return TriggerResult(False, {"met": met, "reason": "no pool meets the hard bound"})
+    members = {uid for (uid, _), name in plan.assignments.items() if name == hard}
+    state = ctx.tick.pressure.pool_load
+    scored = sorted(
+        ((pod_history(state, c.workload.uid), c) for c in pool if c.workload.uid in members),
+        key=lambda sc: (-sc[0], sc[1].workload.name),
+    )
+    order = tuple(c.workload.uid for _, c in scored)
+    allowed = {c.workload.uid: {"pool": hard, "loadSamplesSum": load} for load, c in scored}
+    verdict = next((v for v in inputs.get("pools", ()) if v.get("pool") == hard), {})
+    return TriggerResult(bool(order), {**verdict, "met": HARD}, allowed, order)
 
 
 def _effects(ctx: ActionContext, w: Workload) -> Effects:

@@ -135,7 +135,15 @@ class BeSatisfaction:
         return max(self.window, self.collect_interval)
 
 
-Trigger = RssOveruse | SuppressionTolerance | ReclaimedOvercommit | BeSatisfaction
+@dataclass(frozen=True)
+class PoolLoad:
+    """Katalyst's cpu-pressure-load-plugin victims: pods of the pool spec.pressure.poolLoad found
+    hard, highest summed load samples first."""
+
+    kind: ClassVar[str] = "poolLoad"
+
+
+Trigger = RssOveruse | SuppressionTolerance | ReclaimedOvercommit | BeSatisfaction | PoolLoad
 
 
 def trigger_of(raw: Mapping[str, Any]) -> Trigger | None:
@@ -160,6 +168,8 @@ def trigger_of(raw: Mapping[str, Any]) -> Trigger | None:
             ),
             skip_zero=frozenset(cfg.get("skipZero") or ()),
         )
+    if kind == "poolLoad":
+        return PoolLoad()
     if kind == "beSatisfaction":
         usage = cfg.get("usageThresholdPercent")
         return BeSatisfaction(
@@ -267,7 +277,8 @@ def _check_trigger(c: Checker, p: JsonPath, params: Mapping[str, Any], when: Con
             "while it does not hold, and stale timers would evict at once when it holds again",
             "remove the rule's `when`: the trigger itself decides (Katalyst runs the check every round)",
         )
-    if ("suppressionTolerance" in trigger or "reclaimedOvercommit" in trigger) and "orderBy" in params:
+    own_order = ("suppressionTolerance", "reclaimedOvercommit", "poolLoad")
+    if any(k in trigger for k in own_order) and "orderBy" in params:
         kind = next(iter(trigger))
         c.add(
             (*p, "orderBy"),

@@ -126,8 +126,49 @@ def rank(
     return [(c, values) for _, _, c, values in scored]
 
 
+# The kubelet's critical pods (k8s.io/kubernetes/pkg/kubelet/types IsCriticalPod): static pods (a
+# config source other than the API server), mirror pods, and pods at or above the system-critical
+# priority. Katalyst drops them before any eviction plugin sees them (FilterOutSkipEvictionPods) and
+# again before killing (CandidateValidate); the kubelet never evicts them either.
+CONFIG_SOURCE = "kubernetes.io/config.source"
+CONFIG_MIRROR = "kubernetes.io/config.mirror"
+API_SOURCE = "api"
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+CRITICAL_PRIORITY_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
+
+
+def kubelet_critical(w: Workload) -> str | None:
+    """Why the kubelet counts this pod as critical (never an eviction victim), or None."""
+    source = w.annotations.get(CONFIG_SOURCE)
+    if source is not None and source != API_SOURCE:
+        return f"static pod ({CONFIG_SOURCE}={source})"
+    if CONFIG_MIRROR in w.annotations:
+        return f"mirror pod ({CONFIG_MIRROR})"
+    if w.priority is not None and w.priority >= SYSTEM_CRITICAL_PRIORITY:
+        return f"priority {w.priority} >= {SYSTEM_CRITICAL_PRIORITY} (system-critical)"
+    if w.priority_class_name in CRITICAL_PRIORITY_CLASSES:
+        return f"priority class {w.priority_class_name}"
+    return None
+
+
 def eligible(c: Candidate, victims: Victims) -> bool:
-    """Victim filters; protected classes are never victims, whatever the rule says."""
+    """Victim filters; protected classes and kubelet-critical pods are never victims, whatever the
+    rule says."""
+    return kubelet_critical(c.workload) is None and _selected(c, victims)
+
+
+def critical_left_out(pool: Sequence[Candidate], victims: Victims) -> list[tuple[Candidate, str]]:
+    """The pods the rule's victim filters select but that are kubelet-critical, with the reason:
+    what the rule's outcome reports as skipped rather than leaving them out silently."""
+    out = []
+    for c in pool:
+        why = kubelet_critical(c.workload)
+        if why is not None and _selected(c, victims):
+            out.append((c, why))
+    return out
+
+
+def _selected(c: Candidate, victims: Victims) -> bool:
     if c.cls is not None and c.cls.protected:
         return False
     classes = victims.classes
