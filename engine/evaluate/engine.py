@@ -19,6 +19,7 @@ from engine.evaluate.context import Generation, Skipped, Step, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, MembersIndex, same_workloads
 from engine.evaluate.state import EngineState, Evicting
 from engine.features.class_knobs.step import ClassKnobStep, PodOomPriority
+from engine.features.eviction.soft_round import SoftRoundStep
 from engine.features.eviction.step import PressureStep
 from engine.features.pools.step import PoolStep
 from engine.features.pools.strategy import PoolPlan
@@ -96,10 +97,12 @@ class Engine:
         # The one declared order. Before the rules: the pool plan, then the pressure counters (their
         # facts are what the memory pressure rules test). After the rules: the pools' cpusets and the
         # publish gate, the class knobs (a rule's setCgroup of the same file wins over both), and the
-        # resctrl groups of the whole tick planned against the CLOSIDs at once.
+        # resctrl groups of the whole tick planned against the CLOSIDs at once; the soft eviction
+        # candidates of every rule narrowed to one.
         self.steps: tuple[Step, ...] = (
             self.pool_step,
             self.pressure_step,
+            SoftRoundStep(policy.eviction, policy.class_index),
             PublishGateStep(policy.reclaim.update),
             self.class_knob_step,
             self.resctrl_step,

@@ -65,7 +65,9 @@ def evict(ctx: ActionContext) -> bool:
     trigger_spec = spec.trigger
     limit_values = [v for v in (spec.max_per_round, rule.per_round) if v is not None]
     has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction)
-    limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
+    # A soft rule nominates every pod that qualifies; the soft round keeps one of all of them.
+    unbounded = has_target or spec.soft
+    limit = min(limit_values) if limit_values else (math.inf if unbounded else 1)
     # Per matched NUMA node without a release target: one victim each (Katalyst's TopN=1),
     # all of them together within maxPerRound.
     per_group = limit if has_target or rule.scope != "numa" else 1
@@ -142,9 +144,11 @@ def evict(ctx: ActionContext) -> bool:
                     grace_period_seconds=spec.grace_period_seconds,
                     provenance=ctx.provenance(key, facts, latched, inputs),
                     killer=spec.killer,
+                    soft=spec.soft,
+                    scope=spec.scope,
                 )
             )
-            if not audit:
+            if not audit and not spec.soft:  # a soft nomination leaves the pod to force rules
                 t.round.chosen[w.uid] = rule.name
             new += 1
     return new > 0

@@ -201,6 +201,8 @@ class EvictSpec:
     max_per_round: int | None = None
     grace_period_seconds: int | None = None
     killer: str = DEFAULT_KILLER
+    soft: bool = False  # a soft candidate: one pod of all soft rules' victims per tick
+    scope: str | None = None
 
     @property
     def ranking(self) -> tuple[str, ...]:
@@ -218,6 +220,8 @@ def compile_spec(raw: Mapping[str, Any]) -> EvictSpec:
         max_per_round=raw.get("maxPerRound"),
         grace_period_seconds=raw.get("gracePeriodSeconds"),
         killer=str(raw.get("killer", DEFAULT_KILLER)),
+        soft=bool(raw.get("soft", False)),
+        scope=str(raw["scope"]) if "scope" in raw else ("soft" if raw.get("soft") else None),
     )
 
 

@@ -85,3 +85,53 @@ def test_only_critical_pods_means_no_victim() -> None:
     ev = Engine(pol).evaluate(snap, EngineState())
     assert not [i for i in ev.intents if isinstance(i, EvictIntent)]
     assert any("priority 2000001000" in s.reason for s in ev.skipped)
+
+
+# ---------------------------------------------------------------- the soft round (same anchor file)
+
+SOFT_SPEC = """
+classes:
+  - {name: shared, match: [{labels: {app: web}}], evictionPriority: 100}
+  - {name: batch, match: [{labels: {app: batch}}], evictionPriority: 0}
+rules:
+  - name: soft-a
+    then: {evict: {soft: true, scope: cpu, victims: {requireLabel: {nominate: a}}}}
+  - name: soft-b
+    then: {evict: {soft: true, scope: memory, victims: {requireLabel: {nominate: b}}}}
+  - name: force
+    then: {evict: {victims: {requireLabel: {force: "true"}}}}
+"""
+
+
+def _evicts(pods: list[object]) -> tuple[list[str], list[str]]:
+    snap = snapshot(pods=pods)  # type: ignore[arg-type]
+    ev = Engine(policy(SOFT_SPEC)).evaluate(snap, EngineState())
+    return [i.uid for i in ev.intents if isinstance(i, EvictIntent)], [s.reason for s in ev.skipped]
+
+
+def test_one_soft_candidate_per_tick_in_katalyst_order() -> None:
+    """TestEvictionStrategyImp's CandidateSort: reclaimed first, then lower priority, then the
+    scope Katalyst ranks last (cpu after memory), then name; only that pod is evicted."""
+    pods = [
+        pod("web-hi", labels={"app": "web", "nominate": "a"}, priority=100),
+        pod("web-lo-mem", labels={"app": "web", "nominate": "b"}, priority=10),
+        pod("web-lo-cpu", labels={"app": "web", "nominate": "a"}, priority=10),
+    ]
+    evicted, skipped = _evicts(pods)
+    assert evicted == ["web-lo-cpu"]
+    assert sum("not chosen" in r for r in skipped) == 2
+    pods.append(pod("batch", labels={"app": "batch", "nominate": "b"}, priority=1000))
+    evicted, _ = _evicts(pods)
+    assert evicted == ["batch"]
+
+
+def test_a_forced_pod_leaves_the_soft_pool() -> None:
+    """Katalyst filterOutCandidatePodsWithForcePods: a pod a force rule evicts is not also the soft
+    pick; the soft round takes the next one."""
+    pods = [
+        pod("a1", labels={"app": "web", "nominate": "a", "force": "true"}, priority=1),
+        pod("a2", labels={"app": "web", "nominate": "a"}, priority=5),
+    ]
+    evicted, skipped = _evicts(pods)
+    assert sorted(evicted) == ["a1", "a2"]
+    assert any("evicted by a force rule" in r for r in skipped)
