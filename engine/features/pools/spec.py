@@ -25,6 +25,7 @@ class Pool:
     per_container: bool
     min: int | None
     max: int | None
+    min_per_numa: bool
     template: bool
     placement: str | None
     per_numa: bool
@@ -84,6 +85,14 @@ def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
     lo, hi = size.get("min"), size.get("max")
     if lo is not None and hi is not None and lo > hi:
         c.add((*base, "size"), f"pool {name!r} has min {lo} above max {hi}")
+    if size.get("minPerNuma") and (lo is None or not size.get("remainder")):
+        c.add(
+            (*base, "size", "minPerNuma"),
+            f"pool {name!r}: minPerNuma splits the min of the remainder pool over the NUMA nodes, "
+            + ("but the pool has no min" if lo is None else "but this pool is not the remainder pool"),
+            "use it on the reclaim pool beside remainder: true and a min, e.g. {remainder: true, min: 1, "
+            "minPerNuma: true} for one CPU on every NUMA node",
+        )
     numa = raw.get("numa") or {}
     if raw.get("template") and static is not None:
         c.add((*base, "template"), "a template pool cannot have a static cpu list", "use a count or a size")
@@ -97,6 +106,7 @@ def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
         per_container=bool(size.get("perContainer", False)),
         min=lo,
         max=hi,
+        min_per_numa=bool(size.get("minPerNuma", False)),
         template=bool(raw.get("template", False)),
         placement=numa.get("placement"),
         per_numa=bool(numa.get("perNuma", False)),

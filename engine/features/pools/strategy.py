@@ -71,6 +71,7 @@ class PoolSpec:
     per_container: bool = False
     min: int | None = None
     max: int | None = None
+    min_per_numa: bool = False  # min split over the NUMA nodes (katalyst GetCoreNumReservedForReclaim)
     per_numa: bool = False
     placement: str = "spread"
     ht_policy: str = "fullCores"
@@ -100,6 +101,7 @@ class PoolSpec:
             per_container=pool.per_container,
             min=pool.min,
             max=pool.max,
+            min_per_numa=pool.min_per_numa,
             per_numa=pool.per_numa,
             placement=pool.placement or "spread",
             ht_policy=pool.ht_policy or "fullCores",
@@ -809,23 +811,32 @@ def allocate(
     if reclaim_spec is not None:
         remainder = frozenset(c for node in state.numas.values() for c in node.free)
         floor = reclaim_spec.min if reclaim_spec.min is not None else max(MIN_RECLAIM, len(details.numa_ids))
+        quotas = numa_quotas(floor, details.numa_ids) if reclaim_spec.min_per_numa else None
+        if quotas is not None:
+            floor = sum(quotas.values())
         if reclaim_spec.max is not None and len(remainder) > reclaim_spec.max:
             remainder = _take(details, reclaim_spec, remainder, reclaim_spec.max)
         if not reclaim_enabled and len(remainder) > floor and share_totals:
             remainder = _apportion_surplus(details, remainder, floor, share_spec, pool_cpus)
         reclaim = set(remainder)
-        if len(reclaim) < floor:
-            # katalyst reservedReclaimedCPUSet: TakeHTByNUMABalance over everything but the reserve.
-            # qosd avoids dedicated CPUs while any other CPU exists (Katalyst's startup set may not).
-            dedicated_cpus = frozenset(itertools.chain.from_iterable(state.dedicated.values()))
-            for pool in (all_cpus - reserved - dedicated_cpus, all_cpus - reserved, all_cpus):
-                short = floor - len(reclaim)
-                candidates = pool - reclaim
+        # katalyst reservedReclaimedCPUSet: TakeHTByNUMABalance over everything but the reserve.
+        # qosd avoids dedicated CPUs while any other CPU exists (Katalyst's startup set may not).
+        dedicated_cpus = frozenset(itertools.chain.from_iterable(state.dedicated.values()))
+        tiers = (all_cpus - reserved - dedicated_cpus, all_cpus - reserved, all_cpus)
+        scopes = (
+            [(quotas[n], details.cpus_in_numas((n,))) for n in sorted(quotas)]
+            if quotas is not None
+            else [(floor, all_cpus)]
+        )
+        for want, scope in scopes:
+            for pool in tiers:
+                short = want - len(reclaim & scope)
+                candidates = (pool & scope) - reclaim
                 if short <= 0 or not candidates:
                     continue
                 take = min(short, len(candidates))
                 reclaim |= take_by_numa_balance(details, candidates, take, full_cores=False)
-            reclaim_overlap = len(reclaim) > len(remainder)
+        reclaim_overlap = len(reclaim) > len(remainder)
         pool_cpus[reclaim_spec.name] = frozenset(reclaim)
 
     return PoolPlan(
@@ -838,6 +849,16 @@ def allocate(
         reclaim_overlap=reclaim_overlap,
         warnings=tuple(warnings),
     )
+
+
+def numa_quotas(total: int, numa_ids: Iterable[int]) -> dict[int, int]:
+    """katalyst GetCoreNumReservedForReclaim: ``total`` CPUs split over the NUMA nodes, each at
+    least 1 (floor(total / #NUMA) otherwise)."""
+    ids = sorted(numa_ids)
+    if not ids:
+        return {}
+    each = max(1, total // len(ids))
+    return {n: each for n in ids}
 
 
 def _apportion_surplus(
