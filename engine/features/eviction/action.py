@@ -45,6 +45,7 @@ from engine.features.eviction.strategy import (
     rss_overuse_trigger,
     satisfaction_trigger,
     tolerance_trigger,
+    with_numa_usage,
 )
 from engine.features.eviction.tolerance import ReclaimPoolSupply
 from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
@@ -166,7 +167,7 @@ def _on_numa(ctx: ActionContext, victims: Victims, pool: list[Candidate], numa: 
             f"(pod fact {numa_usage_key(numa)}); every candidate was considered"
         )
         return pool
-    return kept
+    return with_numa_usage(kept, numa)
 
 
 def _by_class(ctx: ActionContext, victims: Victims) -> tuple[Workload, ...]:

@@ -91,7 +91,9 @@ ORDER_KEYS: Mapping[str, KeyFn] = {
     "memory.usage": lambda c: c.facts.get("memory.usage_bytes"),
     "memory.rss": lambda c: c.facts.get("memory.rss_bytes"),
     "memory.usage_over_request": lambda c: c.facts.get("memory.usage_over_request"),
-    "memory.numa_usage": lambda c: c.facts.get("memory.usage_bytes"),
+    # The pod's memory on the NUMA node a per-NUMA rule matched (``with_numa_usage``), else its
+    # total: Katalyst's mem.total.numa.container of the pressured node.
+    "memory.numa_usage": lambda c: c.facts.get(NUMA_USAGE, c.facts.get("memory.usage_bytes")),
     "memory.request": lambda c: c.facts.get("memory.request_bytes"),
     "cpu.usage": lambda c: c.facts.get("cpu.usage_cores"),
     "cpu.usage_over_request": lambda c: c.facts.get("cpu.usage_over_request"),
@@ -189,6 +191,25 @@ RESOURCE_FACTS: Mapping[str, tuple[str, str, str]] = {
     "memory": ("memory.usage_bytes", "memory.request_bytes", "memory.capacity_bytes,memory.total_bytes"),
     "cpu": ("cpu.usage_cores", "cpu.request_cores", "cpu.capacity_cores,cpus"),
 }
+
+
+NUMA_USAGE = "memory.numa_usage_bytes"  # set on candidates of a per-NUMA rule (with_numa_usage)
+
+
+def with_numa_usage(candidates: Sequence[Candidate], numa: int | str) -> list[Candidate]:
+    """The candidates with their memory use on ``numa`` as the ranking key ``memory.numa_usage``
+    reads it (a copy of the facts: the same pod ranks by another node's use on another NUMA node)."""
+    key = numa_usage_key(numa)
+    out = []
+    for c in candidates:
+        usage = c.facts.get(key)
+        if usage is None:
+            out.append(c)
+            continue
+        facts = ItemFacts(c.facts)
+        facts[NUMA_USAGE] = usage
+        out.append(Candidate(c.workload, facts, c.cls))
+    return out
 
 
 def numa_usage_key(numa: int | str) -> str:
