@@ -32,6 +32,7 @@ class Pool:
     ht_policy: str | None
     order: str
     origin: Location
+    ramp_up: float | None = None  # seconds a new unbound container runs on the ramp-up cpuset
 
 
 def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
@@ -113,6 +114,7 @@ def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
         ht_policy=(raw.get("ht") or {}).get("policy"),
         order=str(raw.get("order", "lowFirst")),
         origin=c.loc(base),
+        ramp_up=c.duration((*base, "rampUp"), raw.get("rampUp")),
     )
 
 

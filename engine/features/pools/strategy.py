@@ -851,6 +851,20 @@ def allocate(
     )
 
 
+def ramp_up_cpus(plan: PoolPlan, all_cpus: CpuSet, held: Iterable[str]) -> CpuSet:
+    """katalyst QRM's ramp-up cpuset (rumpUpPooledCPUs): every CPU but those of the ``held`` pools
+    (static reserve and system pools), the dedicated containers and the NUMA-bound pools."""
+    taken: set[int] = set()
+    for name in held:
+        taken |= plan.pools.get(name, EMPTY_CPUS)
+    for cpus in plan.dedicated.values():
+        taken |= cpus
+    for name, cpus in plan.pools.items():
+        if NUMA_INFIX in name:
+            taken |= cpus
+    return frozenset(all_cpus - taken)
+
+
 def numa_quotas(total: int, numa_ids: Iterable[int]) -> dict[int, int]:
     """katalyst GetCoreNumReservedForReclaim: ``total`` CPUs split over the NUMA nodes, each at
     least 1 (floor(total / #NUMA) otherwise)."""
