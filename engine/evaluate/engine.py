@@ -20,6 +20,7 @@ from engine.evaluate.factview import ACTIVE_PHASES, FactViews, MembersIndex, sam
 from engine.evaluate.state import EngineState, Evicting
 from engine.features.class_knobs.step import ClassKnobStep, PodOomPriority
 from engine.features.eviction.soft_round import SoftRoundStep
+from engine.features.eviction.spec import EvictSpec
 from engine.features.eviction.step import PressureStep
 from engine.features.pools.step import PoolStep
 from engine.features.pools.strategy import PoolPlan
@@ -102,7 +103,7 @@ class Engine:
         self.steps: tuple[Step, ...] = (
             self.pool_step,
             self.pressure_step,
-            SoftRoundStep(policy.eviction, policy.class_index),
+            SoftRoundStep(policy.eviction, policy.class_index, _has_soft_rules(policy)),
             PublishGateStep(policy.reclaim.update),
             self.class_knob_step,
             self.resctrl_step,
@@ -179,6 +180,10 @@ class Engine:
         issues = tuple(out)
         self._issue_memo = (snap.workloads, pool_errors, issues)
         return issues
+
+
+def _has_soft_rules(policy: Policy) -> bool:
+    return any(isinstance(a.spec, EvictSpec) and a.spec.soft for r in policy.rules for a in r.actions)
 
 
 def record_evictions(state: EngineState, evicted: list[EvictIntent], now: float) -> EngineState:

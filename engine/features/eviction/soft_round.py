@@ -81,14 +81,17 @@ def pick(
 class SoftRoundStep:
     """After the rules: keep one soft evict intent of the tick (``pick``), report the others."""
 
-    def __init__(self, round_spec: EvictionRound, classes: Mapping[str, QoSClass]) -> None:
+    def __init__(self, round_spec: EvictionRound, classes: Mapping[str, QoSClass], active: bool) -> None:
         self.spec = round_spec.soft
         self.classes = classes
+        self.active = active  # some rule of the generation nominates soft candidates
 
     def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
         """Nothing: soft candidates exist only once the rules have run."""
 
     def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
+        if not self.active:
+            return
         soft = [i for i in t.intents if isinstance(i, EvictIntent) and i.soft]
         if not soft:
             return
