@@ -49,6 +49,7 @@ from engine.features.eviction.pressure import (
     zoneinfo_watermarks,
 )
 from engine.features.eviction.spec import EvictSpec, PoolLoad, SuppressionTolerance
+from engine.features.pools.strategy import PoolSpec
 from engine.features.rules.conditions import comparisons
 
 if TYPE_CHECKING:
@@ -113,8 +114,9 @@ class PressureStep:
             if isinstance(a.spec, EvictSpec) and isinstance(a.spec.trigger, PoolLoad)
         )
         self.shared_classes = frozenset(c.name for c in policy.classes if c.cpu_policy == "shared")
-        self.reserve_pools = tuple(p.name for p in policy.pools if p.kind == "reserve")
-        self.reclaim_min = sum(p.min or 0 for p in policy.pools if p.kind == "reclaim")
+        specs = [PoolSpec.from_policy(p) for p in policy.pools]  # the kind a pool's sizing implies
+        self.reserve_pools = tuple(s.name for s in specs if s.kind == "reserve")
+        self.reclaim_min = sum(s.min or 0 for s in specs if s.kind == "reclaim")
         self.numa_params = NumaCounterParams(cfg.numa_times, cfg.numa_reclaimed_times, cfg.numa_fast_wait)
         self.numa_interval = cfg.numa_interval
         self.scale_factor = cfg.watermark_scale_factor
