@@ -49,7 +49,7 @@ from engine.features.eviction.pressure import (
     zoneinfo_watermarks,
 )
 from engine.features.eviction.spec import EvictSpec, PoolLoad, SuppressionTolerance
-from engine.features.pools.strategy import PoolSpec
+from engine.features.pools.strategy import PoolSpec, numa_quotas
 from engine.features.rules.conditions import comparisons
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class PressureStep:
         self.shared_classes = frozenset(c.name for c in policy.classes if c.cpu_policy == "shared")
         specs = [PoolSpec.from_policy(p) for p in policy.pools]  # the kind a pool's sizing implies
         self.reserve_pools = tuple(s.name for s in specs if s.kind == "reserve")
-        self.reclaim_min = sum(s.min or 0 for s in specs if s.kind == "reclaim")
+        self.reclaim_specs = tuple(s for s in specs if s.kind == "reclaim")
         self.numa_params = NumaCounterParams(cfg.numa_times, cfg.numa_reclaimed_times, cfg.numa_fast_wait)
         self.numa_interval = cfg.numa_interval
         self.scale_factor = cfg.watermark_scale_factor
@@ -318,7 +318,13 @@ class PressureStep:
         # katalyst checkSharedPressureByPoolSize: the shared pools together hold every CPU they may
         # have, all CPUs minus the reserve minus the CPUs kept for reclaim.
         reserved = sum(len(plan.pools.get(name, ())) for name in self.reserve_pools)
-        limit = len(views.snapshot.topology.cpus) - reserved - self.reclaim_min
+        numas = views.snapshot.topology.numa_ids
+        floor = sum(
+            sum(numa_quotas(s.min, numas).values()) if s.min_per_numa else s.min
+            for s in self.reclaim_specs
+            if s.min
+        )
+        limit = len(views.snapshot.topology.cpus) - reserved - floor
         by_size = sum(size for size, _ in pools.values()) >= limit
         state, verdicts = pool_load_step(self.pool_load_params, state, t.now, pools, pod_loads, by_size)
         verdict = node_verdict(verdicts)
