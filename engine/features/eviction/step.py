@@ -49,7 +49,7 @@ from engine.features.eviction.pressure import (
     zoneinfo_watermarks,
 )
 from engine.features.eviction.spec import EvictSpec, PoolLoad, SuppressionTolerance
-from engine.features.pools.strategy import PoolSpec, numa_quotas
+from engine.features.pools.strategy import PoolSpec, reclaim_quotas
 from engine.features.rules.conditions import comparisons
 
 if TYPE_CHECKING:
@@ -318,12 +318,13 @@ class PressureStep:
         # katalyst checkSharedPressureByPoolSize: the shared pools together hold every CPU they may
         # have, all CPUs minus the reserve minus the CPUs kept for reclaim.
         reserved = sum(len(plan.pools.get(name, ())) for name in self.reserve_pools)
-        numas = views.snapshot.topology.numa_ids
-        floor = sum(
-            sum(numa_quotas(s.min, numas).values()) if s.min_per_numa else s.min
-            for s in self.reclaim_specs
-            if s.min
-        )
+        topology = views.snapshot.topology
+        counts = {n: len(topology.cpus_of_numa(n)) for n in topology.numa_ids}
+        floor = 0
+        for s in self.reclaim_specs:
+            if s.min:
+                quotas = reclaim_quotas(s, s.min, counts)
+                floor += sum(quotas.values()) if quotas is not None else s.min
         limit = len(views.snapshot.topology.cpus) - reserved - floor
         by_size = sum(size for size, _ in pools.values()) >= limit
         state, verdicts = pool_load_step(self.pool_load_params, state, t.now, pools, pod_loads, by_size)

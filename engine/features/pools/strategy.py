@@ -72,6 +72,7 @@ class PoolSpec:
     min: int | None = None
     max: int | None = None
     min_per_numa: bool = False  # min split over the NUMA nodes (katalyst GetCoreNumReservedForReclaim)
+    min_numa_ratio: float | None = None  # per NUMA max(min, ceil(ratio x its CPUs))
     per_numa: bool = False
     placement: str = "spread"
     ht_policy: str = "fullCores"
@@ -102,6 +103,7 @@ class PoolSpec:
             min=pool.min,
             max=pool.max,
             min_per_numa=pool.min_per_numa,
+            min_numa_ratio=pool.min_numa_ratio,
             per_numa=pool.per_numa,
             placement=pool.placement or "spread",
             ht_policy=pool.ht_policy or "fullCores",
@@ -811,7 +813,9 @@ def allocate(
     if reclaim_spec is not None:
         remainder = frozenset(c for node in state.numas.values() for c in node.free)
         floor = reclaim_spec.min if reclaim_spec.min is not None else max(MIN_RECLAIM, len(details.numa_ids))
-        quotas = numa_quotas(floor, details.numa_ids) if reclaim_spec.min_per_numa else None
+        quotas = reclaim_quotas(
+            reclaim_spec, floor, {n: len(details.cpus_in_numas((n,))) for n in details.numa_ids}
+        )
         if quotas is not None:
             floor = sum(quotas.values())
         if reclaim_spec.max is not None and len(remainder) > reclaim_spec.max:
@@ -863,6 +867,17 @@ def ramp_up_cpus(plan: PoolPlan, all_cpus: CpuSet, held: Iterable[str]) -> CpuSe
         if NUMA_INFIX in name:
             taken |= cpus
     return frozenset(all_cpus - taken)
+
+
+def reclaim_quotas(spec: PoolSpec, floor: int, numa_cpus: Mapping[int, int]) -> dict[int, int] | None:
+    """The remainder pool's CPUs per NUMA node (``numa_cpus``: node -> its CPU count); None when
+    its min counts over the whole node. katalyst: with numaMinReclaimedResourceRatioForAllocate,
+    max(numaMinReclaimedResourceForAllocate, ceil(ratio x CPUs of the node)) each; else
+    GetCoreNumReservedForReclaim's split."""
+    if spec.min_numa_ratio is not None:
+        ratio = spec.min_numa_ratio
+        return {n: max(floor, math.ceil(ratio * count)) for n, count in numa_cpus.items()}
+    return numa_quotas(floor, numa_cpus) if spec.min_per_numa else None
 
 
 def numa_quotas(total: int, numa_ids: Iterable[int]) -> dict[int, int]:

@@ -14,7 +14,7 @@ import pytest
 
 from engine.config.errors import PolicyError
 from engine.features.pools.cpuset import CpuDetails
-from engine.features.pools.strategy import PoolSpec, allocate, numa_quotas
+from engine.features.pools.strategy import PoolSpec, allocate, numa_quotas, reclaim_quotas
 from tests.builders import policy
 from tests.features.pools.test_cpuset import katalyst_dummy
 from tests.features.pools.test_pools import default_specs, demand, reclaimed
@@ -69,3 +69,26 @@ def test_pool_spec_reads_min_per_numa() -> None:
     pol = policy("pools:\n  - {name: r, kind: reclaim, size: {remainder: true, min: 1, minPerNuma: true}}\n")
     spec = PoolSpec.from_policy(pol.pools[0])
     assert spec.min == 1 and spec.min_per_numa
+
+
+@pytest.mark.parametrize(
+    ("ratio", "floor", "expected"),
+    [
+        pytest.param(0.05, 2, {0: 2, 1: 2}, id="anchor-reserved-with-numa-size-ratio"),
+        pytest.param(0.1, 2, {0: 4, 1: 4}, id="ratio-above-the-floor"),
+        pytest.param(0.01, 3, {0: 3, 1: 3}, id="floor-above-the-ratio"),
+    ],
+)
+def test_ratio_quotas(ratio: float, floor: int, expected: dict[int, int]) -> None:
+    """numaMinReclaimedResourceRatioForAllocate on a 64-CPU, 2-NUMA node: max(floor, ceil(ratio x 32))."""
+    spec = PoolSpec("reclaim", "reclaim", remainder=True, min=floor, min_numa_ratio=ratio)
+    assert reclaim_quotas(spec, floor, {0: 32, 1: 32}) == expected
+
+
+def test_min_per_numa_and_ratio_together_are_refused() -> None:
+    with pytest.raises(PolicyError) as err:
+        policy(
+            "pools:\n  - {name: r, kind: reclaim, size: {remainder: true, min: 2, minPerNuma: true, "
+            "minNumaRatio: 0.1}}\n"
+        )
+    assert "both minPerNuma" in str(err.value)
