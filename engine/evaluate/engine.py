@@ -93,6 +93,7 @@ class Engine:
             reclaimed_classes=self.reclaimed_classes,
             numa_pressure_rules=self.pressure_step.numa_rules,
             system_pressure_rules=self.pressure_step.system_rules,
+            pool_load_rules=self.pressure_step.pool_load_rules,
         )
         self.rule_step = RuleStep(policy, env, backend)
         # The one declared order. Before the rules: the pool plan, then the pressure counters (their
