@@ -37,6 +37,7 @@ SUMMED_FROM_CONTAINERS = (
     "memory.inactive_file_bytes",
     "memory.working_set_bytes",
     "cpu.usage_cores",
+    "cpu.load_1min",
 )
 
 

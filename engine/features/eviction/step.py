@@ -49,8 +49,9 @@ from engine.features.eviction.pressure import (
     zoneinfo_watermarks,
 )
 from engine.features.eviction.spec import EvictSpec, PoolLoad, SuppressionTolerance
-from engine.features.pools.strategy import PoolSpec, reclaim_quotas
+from engine.features.pools.strategy import PoolPlan, PoolSpec, reclaim_quotas
 from engine.features.rules.conditions import comparisons
+from engine.model.facts import EMPTY
 
 if TYPE_CHECKING:
     from engine.evaluate.context import Tick
@@ -294,10 +295,42 @@ class PressureStep:
         plan = t.pool_plan
         if plan is None:
             return state
+        params = self.pool_load_params
+        by_size: bool | None = None  # known on the ticks that sample
+        if state.at is not None and t.now - state.at < params.interval:
+            # Between samples the rings stand: no pod is read, only the verdict is published again.
+            pools = {n: (len(plan.pools.get(n, ())), r[-1].value) for n, r in state.pools.items() if r}
+            state, verdicts = pool_load_step(params, state, t.now, pools, {}, False)
+        else:
+            pools, pod_loads = self._pool_samples(views, plan)
+            by_size = self._pools_fill_their_limit(views, plan, pools)
+            state, verdicts = pool_load_step(params, state, t.now, pools, pod_loads, by_size)
+        verdict = node_verdict(verdicts)
+        met = verdict.met if verdict is not None else "none"
+        views.derive_node(
+            {"cpu.pool_load_pressure": met, "cpu.pool_load_pool": verdict.pool if verdict else ""}
+        )
+        inputs: dict[str, Any] = {
+            "met": met,
+            "pool": verdict.pool if verdict else "",
+            "sampledAt": state.at,
+            "pools": [v.to_dict() for v in verdicts],
+        }
+        if by_size is not None:
+            inputs["poolSizePressure"] = by_size
+        t.pressure_inputs["pool_load"] = inputs
+        return state
+
+    def _pool_samples(
+        self, views: FactViews, plan: PoolPlan
+    ) -> tuple[dict[str, tuple[int, float]], dict[str, float]]:
+        """Each pool of shared pods: (its size, its pods' summed load), and each such pod's load
+        (cpu.load_1min, else cpu.usage_cores, as measured)."""
         classify = self.classifier.classify
         pod_pool: dict[str, str] = {}
         for (uid, _), pool in plan.assignments.items():
             pod_pool.setdefault(uid, pool)
+        measured = views.snapshot.metrics.pods
         pools: dict[str, tuple[int, float]] = {}
         pod_loads: dict[str, float] = {}
         for w in views.snapshot.workloads:
@@ -306,7 +339,7 @@ class PressureStep:
                 continue
             if classify(w).class_name not in self.shared_classes:
                 continue
-            facts = views.pod(w)
+            facts = measured.get(w.uid, EMPTY)
             load = facts.get(POD_LOAD)
             if load is None:
                 load = facts.get(POD_USAGE)
@@ -315,8 +348,13 @@ class PressureStep:
             pod_loads[w.uid] = float(load)
             size, total = pools.get(pool, (len(plan.pools.get(pool, ())), 0.0))
             pools[pool] = (size, total + float(load))
-        # katalyst checkSharedPressureByPoolSize: the shared pools together hold every CPU they may
-        # have, all CPUs minus the reserve minus the CPUs kept for reclaim.
+        return pools, pod_loads
+
+    def _pools_fill_their_limit(
+        self, views: FactViews, plan: PoolPlan, pools: dict[str, tuple[int, float]]
+    ) -> bool:
+        """katalyst checkSharedPressureByPoolSize: the shared pools together hold every CPU they may
+        have, all CPUs minus the reserve minus the CPUs kept for reclaim."""
         reserved = sum(len(plan.pools.get(name, ())) for name in self.reserve_pools)
         topology = views.snapshot.topology
         counts = {n: len(topology.cpus_of_numa(n)) for n in topology.numa_ids}
@@ -325,19 +363,5 @@ class PressureStep:
             if s.min:
                 quotas = reclaim_quotas(s, s.min, counts)
                 floor += sum(quotas.values()) if quotas is not None else s.min
-        limit = len(views.snapshot.topology.cpus) - reserved - floor
-        by_size = sum(size for size, _ in pools.values()) >= limit
-        state, verdicts = pool_load_step(self.pool_load_params, state, t.now, pools, pod_loads, by_size)
-        verdict = node_verdict(verdicts)
-        met = verdict.met if verdict is not None else "none"
-        views.derive_node(
-            {"cpu.pool_load_pressure": met, "cpu.pool_load_pool": verdict.pool if verdict else ""}
-        )
-        t.pressure_inputs["pool_load"] = {
-            "met": met,
-            "pool": verdict.pool if verdict else "",
-            "poolSizePressure": by_size,
-            "sampledAt": state.at,
-            "pools": [v.to_dict() for v in verdicts],
-        }
-        return state
+        limit = len(topology.cpus) - reserved - floor
+        return sum(size for size, _ in pools.values()) >= limit

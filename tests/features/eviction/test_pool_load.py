@@ -161,3 +161,17 @@ def test_usage_stands_in_for_a_missing_load() -> None:
     ev = Engine(pol).evaluate(snap, EngineState())
     assert ev.state.pressure.pool_load.pools["share"][0].value == 2.0
     assert not [i for i in ev.intents if isinstance(i, EvictIntent)]
+
+
+def test_between_samples_the_verdict_stands() -> None:
+    """One sample per 30s (the bundled interval): a load spike 10s after a sample changes nothing
+    until the next sample, and no pod is read in between."""
+    pol = policy(SPEC.replace("poolLoad: {ringSize: 1}", "poolLoad: {ringSize: 1, interval: 30s}"))
+    engine = Engine(pol)
+    web = pod("web", labels={"app": "web"}, cpu=1.0)
+    ev = engine.evaluate(snapshot(time=1000.0, pods=[web], pod_metrics={"web": {"cpu.load_1min": 1.0}}), EngineState())
+    spike = {"web": {"cpu.load_1min": 50.0}}
+    ev = engine.evaluate(snapshot(time=1010.0, pods=[web], pod_metrics=spike), ev.state)
+    assert not [i for i in ev.intents if isinstance(i, EvictIntent)]
+    ev = engine.evaluate(snapshot(time=1030.0, pods=[web], pod_metrics=spike), ev.state)
+    assert [i.uid for i in ev.intents if isinstance(i, EvictIntent)] == ["web"]
