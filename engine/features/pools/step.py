@@ -69,6 +69,10 @@ class PoolStep:
         self._intents: tuple[PoolPlan, int, str, frozenset[str], tuple[CgroupIntent, ...]] | None = None
         # Katalyst QRM's ramp-up: pools whose new unbound containers first run on the ramp-up cpuset.
         self._ramp_up = {p.name: p.ramp_up for p in policy.pools if p.ramp_up}
+        # A pool a pod names with cpuset_pool is made from the share template: it ramps up as that does.
+        self._template_ramp_up = next(
+            (p.ramp_up for p in policy.pools if p.template and p.ramp_up and not p.per_numa), None
+        )
         self._held = tuple(s.name for s in self.specs if s.is_static)
 
     def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
@@ -241,13 +245,16 @@ class PoolStep:
         if not self._ramp_up:
             return frozenset()
         since = snap.time - max(self._ramp_up.values())
+        known = self.policy.pool_index
         out = set()
         for w in snap.workloads:
             if w.start_time is None or w.start_time <= since or w.phase not in ACTIVE_PHASES:
                 continue
             for c in w.containers:
                 pool = plan.assignments.get((w.uid, c.name))
-                period = self._ramp_up.get(pool) if pool and NUMA_INFIX not in pool else None
+                if not pool or NUMA_INFIX in pool:
+                    continue
+                period = self._ramp_up.get(pool) if pool in known else self._template_ramp_up
                 if period is not None and 0 <= snap.time - w.start_time < period:
                     out.add(w.uid)
         return frozenset(out)

@@ -97,3 +97,10 @@ def test_an_snb_container_does_not_ramp_up() -> None:
 )
 def test_kube_start_time(text: str | None, expected: float | None) -> None:
     assert _start_time(text) == expected
+
+
+def test_a_named_cpuset_pool_ramps_up_as_its_share_template() -> None:
+    now = 1_700_000_000.0
+    named = shared("n", now, **{"katalyst.kubewharf.io/cpu_enhancement": '{"cpuset_pool": "batch"}'})
+    got = _cpuset([named], now)
+    assert got["podn"] == ("1,3-15", "batch (ramp-up)")
