@@ -59,7 +59,7 @@ def suite(tmp_path: Path, body: str, name: str = "suite.yaml") -> Path:
 def example_counts() -> tuple[int, int, int]:
     """Suites, cases and xfail cases under examples/ (examples/tests and the anchors' suites under
     examples/parity), counted from the files (every suite must run)."""
-    docs = [yaml.safe_load(p.read_text()) for p in sorted(EXAMPLES.rglob("*.yaml"))]
+    docs = [d for p in sorted(EXAMPLES.rglob("*.yaml")) for d in yaml.safe_load_all(p.read_text())]
     suites = [d for d in docs if isinstance(d, dict) and d.get("kind") == "RuleTest"]
     assert len(suites) >= 4
     cases = [c for d in suites for c in d["cases"]]
