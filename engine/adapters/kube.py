@@ -84,7 +84,7 @@ RETRY_TRACKED_PODS = 10_000  # bound on the per-pod failure records (oldest drop
 
 def retry_delay(failures: int) -> float:
     """Seconds to wait after the ``failures``-th failed eviction of a pod (1, 2, ...)."""
-    return min(RETRY_BASE_SECONDS * 2 ** min(failures - 1, 64), RETRY_MAX_SECONDS)
+    return min(RETRY_BASE_SECONDS * float(2 ** min(failures - 1, 64)), RETRY_MAX_SECONDS)
 
 
 class KubeOperations:

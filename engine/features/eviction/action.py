@@ -302,7 +302,7 @@ def _pool_load(ctx: ActionContext, pool: Sequence[Candidate]) -> TriggerResult:
     )
     order = tuple(c.workload.uid for _, c in scored)
     allowed = {c.workload.uid: {"loadSamplesSum": load} for load, c in scored}
-    verdict = next((v for v in inputs.get("pools", ()) if v.get("pool") == hard), {})
+    verdict: Mapping[str, Any] = next((v for v in inputs.get("pools", ()) if v.get("pool") == hard), {})
     return TriggerResult(bool(order), {**verdict, "met": HARD}, allowed, order)
 
 

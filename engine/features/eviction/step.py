@@ -328,8 +328,8 @@ class PressureStep:
         (cpu.load_1min, else cpu.usage_cores, as measured)."""
         classify = self.classifier.classify
         pod_pool: dict[str, str] = {}
-        for (uid, _), pool in plan.assignments.items():
-            pod_pool.setdefault(uid, pool)
+        for (uid, _), name in plan.assignments.items():
+            pod_pool.setdefault(uid, name)
         measured = views.snapshot.metrics.pods
         pools: dict[str, tuple[int, float]] = {}
         pod_loads: dict[str, float] = {}
