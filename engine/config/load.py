@@ -51,6 +51,9 @@ class Layer(IntEnum):
     BUILTIN = 0
     FILE = 1
     CR = 2
+    # A RuleTest case's inline overlay (engine/ruletest): it overrides whatever the suite loads, as a
+    # test's own setting must, and is located in the suite file.
+    TEST = 3
 
 
 def _core_schema_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:

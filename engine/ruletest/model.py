@@ -26,11 +26,30 @@ def capitalized(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class Anchor:
+    """The anchor unit test a case ports (``repo``, ``file``, ``function``, ``case``), so a parity
+    failure names the Go test to read next to qosd's diff."""
+
+    repo: str
+    file: str
+    function: str
+    case: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repo": self.repo, "file": self.file, "function": self.function, "case": self.case}
+
+    def __str__(self) -> str:
+        return f"{self.repo} {self.file} {self.function}" + (f" case {self.case!r}" if self.case else "")
+
+
+@dataclass(frozen=True)
 class PolicySpec:
     paths: tuple[Path, ...] = ()
     builtin: bool = True
     profile: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # A case's inline overlay: QoSPolicy documents located in the suite file, layered on top.
+    overlay: tuple[Document, ...] = ()
     # The ``policy:`` that chose these (the case's, else the suite's): where a policy that cannot be
     # built for the case's node is reported, since its own problem may name only the node.
     location: Location | None = None
@@ -58,6 +77,7 @@ class Case:
     guards: Guards
     state: EngineState
     steps: tuple[Step, ...]
+    anchor: Anchor | None = None
 
 
 @dataclass(frozen=True)

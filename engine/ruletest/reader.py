@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ from engine.ruletest.match import OPERATORS, as_number, number_text, tolerance_o
 from engine.ruletest.model import (
     LISTS,
     SUITE_KIND,
+    Anchor,
     Case,
     Expect,
     Locate,
@@ -34,6 +36,7 @@ from engine.ruletest.model import (
     merge_patch,
     prefixed,
 )
+from engine.ruletest.overlay import overlay_documents
 from engine.sources.facts_check import facts_problems
 from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
@@ -140,10 +143,11 @@ class SuiteReader:
                 cases.append(case)
         if self.problems:
             return None
-        meta = data.get("metadata") or {}
-        return Suite(
-            self.doc.source, str(meta.get("name") or Path(self.doc.source).stem), self.doc, tuple(cases)
-        )
+        return Suite(self.doc.source, self._suite_name(), self.doc, tuple(cases))
+
+    def _suite_name(self) -> str:
+        meta = self.doc.data.get("metadata") or {}
+        return str(meta.get("name") or Path(self.doc.source).stem)
 
     # -- parts
 
@@ -262,6 +266,12 @@ class SuiteReader:
                 case_facts = self._patched(case_facts, raw.get("patch"), (*base, "patch"))
         elif "patch" in raw:
             self.add((*base, "patch"), "a case-level patch needs case-level facts to patch", prefer_key=True)
+        if "overlay" in raw:
+            slug = re.sub(r"[^a-z0-9]+", "-", self._suite_name().lower()).strip("-")[:200] or "suite"
+            label = f"ruletest.{slug}.case-{i + 1}"  # a Kubernetes object name, as metadata.name must be
+            docs = overlay_documents(self.doc, (*base, "overlay"), raw["overlay"], label)
+            case_policy = dataclasses.replace(case_policy, overlay=docs)
+        anchor = self._anchor(raw.get("anchor"), base)
         state = self._state(raw.get("state"), (*base, "state"))
         steps: list[Step] = []
         raw_steps = raw.get("steps") or [{}]
@@ -309,7 +319,35 @@ class SuiteReader:
         if len(self.problems) != before:
             return None
         return Case(
-            raw["name"], self.loc(base), raw.get("xfail"), case_policy, case_guards, state, tuple(steps)
+            raw["name"],
+            self.loc(base),
+            raw.get("xfail"),
+            case_policy,
+            case_guards,
+            state,
+            tuple(steps),
+            anchor,
+        )
+
+    def _anchor(self, raw: Mapping[str, Any] | None, base: JsonPath) -> Anchor | None:
+        """The suite's anchor overridden field by field by the case's; None when neither gives one."""
+        suite = self.doc.data.get("anchor") or {}
+        if raw is None and not suite:
+            return None
+        merged = {**suite, **(raw or {})}
+        missing = [k for k in ("repo", "file", "function") if not merged.get(k)]
+        if missing:
+            self.add(
+                (*base, "anchor") if raw is not None else ("anchor",),
+                f"the anchor lacks {', '.join(missing)}",
+                "an anchor names the ported Go test: repo (owner/name), file, function, and the table "
+                "case; give the shared fields in the suite's `anchor` and `case` in each case's",
+                prefer_key=True,
+            )
+            return None
+        case = merged.get("case")
+        return Anchor(
+            str(merged["repo"]), str(merged["file"]), str(merged["function"]), None if case is None else str(case)
         )
 
     def _expect(self, raw: Mapping[str, Any], path: JsonPath) -> Expect:

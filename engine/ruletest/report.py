@@ -56,6 +56,8 @@ def format_text(results: Sequence[CaseResult]) -> str:
             current = (r.source, r.suite)
             lines.append(f"{r.source}: suite {r.suite}")
         lines.append(f"  {STATUS_WORDS[r.status]} {r.name}")
+        if r.anchor is not None and r.status != "pass":
+            lines.append(f"      anchor: {r.anchor}")
         if r.status in ("xfail", "xpass"):
             lines.append(f"      known failure: {r.xfail}")
         if r.status == "xpass":
