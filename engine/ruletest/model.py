@@ -18,7 +18,7 @@ SUITE_KIND = "RuleTest"
 Locate = Callable[[JsonPath, bool], Location]
 
 
-LISTS = ("intents", "operations", "held", "skipped", "workloadIssues")
+LISTS = ("intents", "operations", "held", "skipped", "workloadIssues", "oomPriorities")
 
 
 def capitalized(name: str) -> str:

@@ -21,7 +21,7 @@ from engine.evaluate.state import EngineState
 from engine.model.units import parse_duration
 from engine.plan.planner import Guards
 from engine.resources import data_dir
-from engine.ruletest.match import OPERATORS, as_number, number_text, tolerance_of
+from engine.ruletest.match import CPUS_KEYS, OPERATORS, as_number, cpus_of, number_text, tolerance_of
 from engine.ruletest.model import (
     LISTS,
     SUITE_KIND,
@@ -76,7 +76,8 @@ INTENT_ALIASES = ("rule", "mode", "item", "source", "conditions", "inputs", "hel
 def field_vocabulary() -> Mapping[str, frozenset[str]]:
     """Top-level field names each expectation list can match on, derived from the schemas so a
     misspelt field in ``notIntents`` is an error instead of a check that can never fail."""
-    evaluation = _load_schema("evaluation.schema.json")["$defs"]
+    evaluation_schema = _load_schema("evaluation.schema.json")
+    evaluation = evaluation_schema["$defs"]
     policy = _load_schema("qospolicy.schema.json")["$defs"]
 
     def props(node: Any) -> set[str]:
@@ -97,7 +98,14 @@ def field_vocabulary() -> Mapping[str, frozenset[str]]:
         "held": frozenset({"target", "kind", "rule", "reason"}),
         "skipped": frozenset({"rule", "reason"}),
         "workloadIssues": frozenset({"uid", "name", "class", "errors"}),
+        "oomPriorities": frozenset(props(evaluation_schema["properties"]["oomPriorities"]["items"])),
     }
+
+
+@cache
+def state_vocabulary() -> frozenset[str]:
+    """The top-level fields of the engine state an expectation may name (schemas/state.schema.json)."""
+    return frozenset(_load_schema("state.schema.json")["$defs"]["state"]["properties"])
 
 
 class SuiteReader:
@@ -357,6 +365,8 @@ class SuiteReader:
                 for k, entry in enumerate(raw.get(key) or ()):
                     if isinstance(entry, Mapping):
                         self._check_entry(entry, (*path, key, k), vocab[name], name)
+        if "state" in raw:
+            self._check_entry(raw["state"], (*path, "state"), state_vocabulary(), "engine states")
         return Expect(raw, path)
 
     def _check_entry(
@@ -409,6 +419,28 @@ class SuiteReader:
                 self.add(p, "oneOf needs a list of allowed values")
             elif op == "absent" and not isinstance(arg, bool):
                 self.add(p, "absent is true (the field is missing or null) or false")
+            elif op == "cpuset":
+                self._check_cpuset(arg, p)
+
+    def _check_cpuset(self, arg: Any, path: JsonPath) -> None:
+        """``cpuset: "0-3"`` or ``cpuset: {count: 4 | {gte: 2}, within: "0-7"}``."""
+        usage = 'cpuset takes a cpuset such as "0-3,8" or {count: 4, within: "0-7"}'
+        if not isinstance(arg, Mapping):
+            if cpus_of(arg) is None:
+                self.add(path, f"{short(arg)} is not a cpuset", usage)
+            return
+        for key, value in arg.items():
+            if key not in CPUS_KEYS:
+                self.add((*path, key), f"cpuset has no {key!r}", did_you_mean(str(key), CPUS_KEYS) or usage, True)
+            elif key == "within" and cpus_of(value) is None:
+                self.add((*path, key), f"{short(value)} is not a cpuset", usage)
+            elif key == "count":
+                if isinstance(value, Mapping):
+                    self._check_value(value, (*path, key))
+                elif as_number(value) is None:
+                    self.add((*path, key), f"count is a number of CPUs, got {short(value)}", usage)
+        if not arg:
+            self.add(path, "cpuset: {} checks nothing", usage)
 
 
 # ---------------------------------------------------------------- discovery

@@ -21,7 +21,9 @@ def _failure_text(f: Failure) -> list[str]:
         lines.append(f"        closest actual: {c.label}")
         width = max((len(r.field) for r in c.fields), default=0)
         for r in c.fields:
-            if r.ok:
+            if r.problem:
+                lines.append(f"          CANNOT    {r.field:<{width}}  expected {r.expected}: {r.problem}")
+            elif r.ok:
                 got = "" if r.expected == r.actual else f", got {r.actual}"
                 lines.append(f"          ok        {r.field:<{width}}  {r.expected}{got}")
             else:
