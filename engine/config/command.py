@@ -63,17 +63,26 @@ def _node_from_document(doc: Document) -> NodeInfo:
     return node_from_snapshot(snapshot["node"])
 
 
-def _print_problems(problems: Sequence[Problem], output: str, summary: str) -> None:
+def _print_problems(
+    problems: Sequence[Problem], output: str, summary: str, notes: Sequence[Problem] = ()
+) -> None:
     if output == "json":
         print(
             json.dumps(
-                {"valid": not problems, "summary": summary, "problems": [p.to_dict() for p in problems]},
+                {
+                    "valid": not problems,
+                    "summary": summary,
+                    "problems": [p.to_dict() for p in problems],
+                    "notes": [n.to_dict() for n in notes],
+                },
                 indent=2,
             )
         )
         return
     for p in problems:
         print(p.format())
+    for n in notes:
+        print(n.format().replace(": error: ", ": note: ", 1))
     print(summary)
 
 
@@ -82,14 +91,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     node = (
         load_node(args.node, args.profile, args.label) if (args.node or args.profile or args.label) else None
     )
-    problems = validate(docs, node)
+    notes: list[Problem] = []
+    problems = validate(docs, node, notes)
     files = {d.source for d in docs}
     n = len(problems)
     if problems:
         summary = f"{n} problem{'s' if n != 1 else ''} in {len(docs)} document(s) from {len(files)} file(s)"
     else:
         summary = f"valid: {len(docs)} document(s) from {len(files)} file(s)"
-    _print_problems(problems, args.output, summary)
+    _print_problems(problems, args.output, summary, notes)
     return EXIT_INVALID if problems else EXIT_OK
 
 
