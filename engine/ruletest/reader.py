@@ -24,6 +24,7 @@ from engine.resources import data_dir
 from engine.ruletest.match import CPUS_KEYS, OPERATORS, as_number, cpus_of, number_text, tolerance_of
 from engine.ruletest.model import (
     LISTS,
+    PROVENANCE_ALIASES,
     SUITE_KIND,
     Anchor,
     Case,
@@ -69,7 +70,7 @@ def _problems(validator: Draft202012Validator, data: Any, locate: Locate) -> lis
 
 
 # Aliases an expected entry may use besides the fields printed by `qosd eval --output json`.
-INTENT_ALIASES = ("rule", "mode", "item", "source", "conditions", "inputs", "held")
+INTENT_ALIASES = (*PROVENANCE_ALIASES, "held")
 
 
 @cache
