@@ -18,6 +18,7 @@ from engine.config.schema_check import schema_problems
 from engine.model.factnames import registry
 from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
 from engine.resources import load_schema
+from engine.sources.facts_check import with_numbers
 from engine.sources.localnode import read_local_node
 
 EXIT_OK, EXIT_INVALID = 0, 1
@@ -60,7 +61,7 @@ def _node_from_document(doc: Document) -> NodeInfo:
     problems = schema_problems(snapshot, locate, "facts")
     if problems:
         raise PolicyError(problems)
-    return node_from_snapshot(snapshot["node"])
+    return node_from_snapshot(with_numbers(snapshot)["node"])
 
 
 def _print_problems(

@@ -38,7 +38,7 @@ from engine.ruletest.model import (
     prefixed,
 )
 from engine.ruletest.overlay import overlay_documents
-from engine.sources.facts_check import facts_problems
+from engine.sources.facts_check import facts_problems, with_numbers
 from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
 
@@ -211,7 +211,7 @@ class SuiteReader:
         if found:
             self.problems.extend(found)
             return None
-        return copy.deepcopy(dict(raw))
+        return copy.deepcopy(dict(with_numbers(raw)))
 
     def _patched(self, facts: dict[str, Any], patch: Any, path: JsonPath) -> dict[str, Any] | None:
         if patch is None:
@@ -224,7 +224,7 @@ class SuiteReader:
                 for p in found
             )
             return None
-        return merged
+        return dict(with_numbers(merged))
 
     def _state(self, raw: Any, path: JsonPath) -> EngineState:
         if raw is None:
