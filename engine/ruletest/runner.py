@@ -29,6 +29,9 @@ class CaseResult:
     anchor: Anchor | None = None
     failures: list[Failure] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # For rule coverage: the enabled rules of the case's policy, and those that fired in some tick.
+    rules: tuple[str, ...] = ()
+    fired: frozenset[str] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -89,6 +92,7 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
         result.status = "error"
         result.problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
         return result, ticks
+    result.rules = tuple(r.name for r in policy.rules)
     engine = Engine(policy, backend=backend)
     state = case.state
     try:
@@ -102,6 +106,7 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
                 result.failures.extend(check_tick(expect, doc, suite.doc.locate, step.label))
     finally:
         engine.backend.close()
+    result.fired = frozenset(name for doc in ticks for name in doc["fired"])
     failed = bool(result.failures)
     if case.xfail is not None:
         result.status = "xfail" if failed else "xpass"
