@@ -83,7 +83,7 @@ def two_directories(tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_text_has_a_result_table_counts_per_directory_and_coverage(
     two_directories: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root, mixed, passing = two_directories
+    root, _, _ = two_directories
     code, out, _ = run(capsys, str(root))
     assert code == 1
     sections = out.split("\n\n")
@@ -115,7 +115,7 @@ def test_text_has_a_result_table_counts_per_directory_and_coverage(
 def test_json_and_yaml_count_per_suite_and_directory(
     two_directories: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], output: str
 ) -> None:
-    root, mixed, passing = two_directories
+    root, mixed, _ = two_directories
     code, out, _ = run(capsys, str(root), "-o", output)
     assert code == 1
     report: dict[str, Any] = json.loads(out) if output == "json" else yaml.safe_load(out)
@@ -157,7 +157,7 @@ def test_json_and_yaml_count_per_suite_and_directory(
 
 
 def test_junit_report(two_directories: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    root, mixed, passing = two_directories
+    root, mixed, _ = two_directories
     junit = root / "report.xml"
     code, out, _ = run(capsys, str(root), "--junit", str(junit))
     assert code == 1 and "rule coverage" in out

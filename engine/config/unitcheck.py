@@ -94,7 +94,9 @@ def _walk(
         unit = UNIT_DEFS.get(name)
         if unit is not None:
             yield from _units(unit, data, path)
-        if (unit is None or unit[0] == "keys") and ref not in refs:  # keys typed: values may be too  # a definition reached again without moving into the data is a loop
+        # Keys typed as units may have typed values too; a definition reached again without moving
+        # into the data is a loop.
+        if (unit is None or unit[0] == "keys") and ref not in refs:
             yield from _walk(target_doc, body, data, path, refs | {ref})
     for keyword in ("oneOf", "anyOf", "allOf"):
         for branch in node.get(keyword) or ():

@@ -79,7 +79,8 @@ def rule_ref(p: Mapping[str, Any]) -> str:
     if len(items) > 1:
         scope = scope_of(p.get("conditions") or ())
         listed = ", ".join(items)
-        text += {"numa": f" on NUMA nodes {listed}", "pod": f" for pods {listed}"}.get(scope, f" for {listed}")
+        plural = {"numa": f" on NUMA nodes {listed}", "pod": f" for pods {listed}"}
+        text += plural.get(scope, f" for {listed}")
     elif item is not None:
         scope = scope_of(p.get("conditions") or ())
         text += {"numa": f" on NUMA node {item}", "pod": f" for pod {item}"}.get(scope, f" for {item}")

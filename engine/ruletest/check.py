@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.errors import Location
+from engine.config.load import JsonPath
 from engine.explain.pairing import held_reasons
 from engine.ruletest.match import FieldResult, field_results, flow
-from engine.config.load import JsonPath
 from engine.ruletest.model import LISTS, PROVENANCE_ALIASES, Expect, Locate, capitalized
 
 
@@ -291,7 +291,8 @@ def _check_state(
         Failure(
             locate((*path, *r.keys), False),
             step,
-            f"state.{r.field}: expected {r.expected}, got {r.actual}" + (f" ({r.problem})" if r.problem else ""),
+            f"state.{r.field}: expected {r.expected}, got {r.actual}"
+            + (f" ({r.problem})" if r.problem else ""),
         )
         for r in bad
     ]

@@ -142,12 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m engine.ruletest.parity",
         description="Generate (or check) the anchor unit-test table of docs/parity.md from examples/parity/.",
     )
-    parser.add_argument("--suites", type=Path, default=Path("examples/parity"), help="default: examples/parity")
+    parser.add_argument(
+        "--suites", type=Path, default=Path("examples/parity"), help="default: examples/parity"
+    )
     parser.add_argument("--doc", type=Path, default=Path("docs/parity.md"), help="default: docs/parity.md")
     parser.add_argument("--root", type=Path, default=Path("."), help="repository root paths are shown from")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the generated block of --doc")
-    mode.add_argument("--check", action="store_true", help="exit 1 when --doc's block is not what the suites give")
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 when --doc's block is not what the suites give"
+    )
     args = parser.parse_args(argv)
     try:
         block = render(results_for(args.suites), args.root, args.suites)

@@ -356,7 +356,10 @@ class SuiteReader:
             return None
         case = merged.get("case")
         return Anchor(
-            str(merged["repo"]), str(merged["file"]), str(merged["function"]), None if case is None else str(case)
+            str(merged["repo"]),
+            str(merged["file"]),
+            str(merged["function"]),
+            None if case is None else str(case),
         )
 
     def _expect(self, raw: Mapping[str, Any], path: JsonPath) -> Expect:
@@ -432,7 +435,8 @@ class SuiteReader:
             return
         for key, value in arg.items():
             if key not in CPUS_KEYS:
-                self.add((*path, key), f"cpuset has no {key!r}", did_you_mean(str(key), CPUS_KEYS) or usage, True)
+                hint = did_you_mean(str(key), CPUS_KEYS) or usage
+                self.add((*path, key), f"cpuset has no {key!r}", hint, True)
             elif key == "within" and cpus_of(value) is None:
                 self.add((*path, key), f"{short(value)} is not a cpuset", usage)
             elif key == "count":
