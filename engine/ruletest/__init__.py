@@ -14,7 +14,7 @@ prints the expected entry next to the closest actual entries, field by field, wi
 file:line:column, because at 3 a.m. nobody wants to diff JSON by eye.
 
 Exit codes: 0 every case passed, 1 a case failed (or a suite is malformed: located errors), 2 usage
-error (a path that does not exist, no suites found), as `kyverno test` does.
+error (a path that does not exist, no suites found).
 
 The parts: ``model`` (suites, cases, steps, expectations, anchors), ``reader`` (suite files: schema
 checks, located problems, discovery), ``overlay`` (a case's inline policy overlay, located in the
