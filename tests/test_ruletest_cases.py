@@ -154,6 +154,35 @@ def test_inline_overlay_wins_over_the_suite_files(tmp_path: Path, capsys: pytest
     assert code == 0, out
 
 
+def test_a_suite_overlay_applies_to_every_case_and_a_case_overlay_above_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The suite's overlay sets maxPerRound 1 for all cases (also under a case's own `policy`); a
+    case's overlay sets it back to 3 at the same (default) priority without an equal-priority
+    conflict, because a case's overlay is the layer above its suite's."""
+    path = write_suite(
+        tmp_path,
+        """
+        metadata: {name: suite-overlay}
+        overlay: {rules: [{name: be-memory-evict, then: {evict: {maxPerRound: 1}}}]}
+        cases:
+          - name: suite overlay
+            facts: FACTS
+            expect: {intents: [{kind: evict}], notIntents: [{kind: evict}]}
+          - name: suite overlay under the case's policy
+            policy: {labels: {team: a}}
+            facts: FACTS
+            expect: {intents: [{kind: evict}], notIntents: [{kind: evict}]}
+          - name: case overlay above it
+            facts: FACTS
+            overlay: {rules: [{name: be-memory-evict, then: {evict: {maxPerRound: 3}}}]}
+            expect: {intents: [{kind: evict}, {kind: evict}]}
+        """,
+    )
+    code, out, _ = run(capsys, str(path))
+    assert code == 0, out
+
+
 @pytest.mark.parametrize(
     ("overlay", "position", "message"),
     [
