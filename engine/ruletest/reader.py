@@ -137,7 +137,8 @@ class SuiteReader:
             return None
         suite_policy = self._policy(data.get("policy"), ("policy",), PolicySpec())
         if "overlay" in data:
-            docs = overlay_documents(self.doc, ("overlay",), data["overlay"], self._overlay_name(), Layer.TEST)
+            name = self._overlay_name()
+            docs = overlay_documents(self.doc, ("overlay",), data["overlay"], name, Layer.TEST)
             suite_policy = dataclasses.replace(suite_policy, overlay=docs)
         suite_guards = self._guards(data.get("guards") or {}, Guards())
         names: dict[str, int] = {}
