@@ -203,10 +203,16 @@ def state_from_json(data: bytes | str) -> EngineState:
     ``state`` object). Anything else, whatever its shape (null, a list, a truncated file, binary
     garbage, nesting deep enough to exhaust the stack, NaN or 1e999), raises :class:`CorruptState`
     and nothing else: the daemon must be able to start whatever a crash or an operator left there."""
+    return state_from_document(decode_state_json(data))
+
+
+def decode_state_json(data: bytes | str) -> Any:
+    """The JSON value in a state file's bytes, with the limits and located faults of ``state_from_json``
+    (CorruptState and nothing else), not yet checked against the schema."""
     if len(data) > MAX_STATE_BYTES:
         raise CorruptState(f"{len(data)} bytes, more than the {MAX_STATE_BYTES} a state file can hold")
     try:
-        doc = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+        return json.loads(data, parse_float=_finite, parse_constant=_no_constant)
     except RecursionError:
         raise CorruptState("not JSON qosd wrote: nested too deeply to read") from None
     except json.JSONDecodeError as exc:
@@ -216,7 +222,6 @@ def state_from_json(data: bytes | str) -> EngineState:
         raise CorruptState(f"not JSON: {_short(str(exc))}", line=line, column=column) from None
     except ValueError as exc:  # huge integers, 1e999
         raise CorruptState(f"not JSON: {_short(str(exc))}") from None
-    return state_from_document(doc)
 
 
 def state_from_document(doc: Any) -> EngineState:

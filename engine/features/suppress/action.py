@@ -78,7 +78,7 @@ def suppress(ctx: ActionContext) -> bool:
             return False
         inputs = {**amount.inputs(), **result.inputs(), "policy": "cfsQuota", "class": target}
         ctx.tick.intents.append(
-            CgroupIntent(cgroup, "cpu.cfs_quota_us", str(result.quota), None, ctx.first_provenance(inputs))
+            CgroupIntent(cgroup, "cpu.cfs_quota_us", str(result.quota), None, ctx.node_provenance(inputs))
         )
         return True
     everything = frozenset(c.id for c in ctx.snap.topology.cpus)
@@ -99,7 +99,7 @@ def suppress(ctx: ActionContext) -> bool:
         ctx.skip(f"suppress {target}: no CPUs could be picked; the cpuset stays {format_cpuset(old)}")
         return False
     inputs = {**amount.inputs(), **result_set.inputs(), "policy": "cpuset", "class": target}
-    provenance = ctx.first_provenance(inputs)
+    provenance = ctx.node_provenance(inputs)
     value = format_cpuset(result_set.cpus)
     ctx.tick.intents.append(CgroupIntent(cgroup, "cpuset.cpus", value, None, provenance))
     # The class's pods and containers inherit nothing in cgroup v1: each level is written, parents
