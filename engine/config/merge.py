@@ -19,7 +19,7 @@ from engine.config.load import Document, JsonPath, Layer
 from engine.config.selector import may_overlap
 
 NAMED_SECTIONS = ("classes", "enhancements", "pools", "rules")
-SINGLE_SECTIONS = ("reclaim", "pressure", "cgroup")
+SINGLE_SECTIONS = ("reclaim", "pressure", "cgroup", "cfsQuotaBurst")
 SPEC_SCALARS = ("mode", "defaultClass")
 DOC_ONLY = ("priority", "nodeSelector")
 
