@@ -11,7 +11,7 @@ cannot reach another's step or the engine's caches.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -134,9 +134,18 @@ class ActionContext:
             inputs=MappingProxyType(dict(inputs or {})),
         )
 
-    def first_provenance(self, inputs: Mapping[str, Any] | None = None) -> Provenance:
+    def node_provenance(self, inputs: Mapping[str, Any] | None = None) -> Provenance:
+        """Why a node-level action acted. It acts once per tick whatever the rule's scope, so its record
+        names every item whose condition held (``items``: each NUMA node of a NUMA-scoped rule), with
+        the first one's conditions as the example; one NUMA node per tick was reported before."""
         key, facts, _, latched = self.matched[0]
-        return self.provenance(key, facts, latched, inputs)
+        items = tuple(str(k) for k, *_ in self.matched if k is not None)
+        return replace(self.provenance(key, facts, latched, inputs), items=items)
+
+    @property
+    def newly_matched(self) -> bool:
+        """Some item's condition holds for the first time (it was not latched): an Event is due."""
+        return not all(latched for *_, latched in self.matched)
 
     def skip(self, reason: str) -> None:
         self.tick.skipped.append(Skipped(self.name, reason))

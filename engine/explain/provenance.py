@@ -75,7 +75,13 @@ def rule_ref(p: Mapping[str, Any]) -> str:
         where += f" generation {policy.get('generation')}"
     text = f"rule {p.get('rule')} ({where})"
     item = p.get("item")
-    if item is not None:
+    items = [str(i) for i in p.get("items") or ()]
+    if len(items) > 1:
+        scope = scope_of(p.get("conditions") or ())
+        listed = ", ".join(items)
+        plural = {"numa": f" on NUMA nodes {listed}", "pod": f" for pods {listed}"}
+        text += plural.get(scope, f" for {listed}")
+    elif item is not None:
         scope = scope_of(p.get("conditions") or ())
         text += {"numa": f" on NUMA node {item}", "pod": f" for pod {item}"}.get(scope, f" for {item}")
     return text

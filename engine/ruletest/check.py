@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.errors import Location
+from engine.config.load import JsonPath
 from engine.explain.pairing import held_reasons
 from engine.ruletest.match import FieldResult, field_results, flow
-from engine.config.load import JsonPath
-from engine.ruletest.model import LISTS, Expect, Locate, capitalized
+from engine.ruletest.model import LISTS, PROVENANCE_ALIASES, Expect, Locate, capitalized
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def _views(doc: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
     for intent, held in zip(doc["intents"], held_reasons(doc), strict=True):
         p = intent.get("provenance") or {}
         view = dict(intent)
-        for alias in ("rule", "mode", "item", "source", "conditions", "inputs"):
+        for alias in PROVENANCE_ALIASES:
             view.setdefault(alias, p.get(alias))
         view.setdefault("held", held)
         intents.append(view)
@@ -291,7 +291,8 @@ def _check_state(
         Failure(
             locate((*path, *r.keys), False),
             step,
-            f"state.{r.field}: expected {r.expected}, got {r.actual}" + (f" ({r.problem})" if r.problem else ""),
+            f"state.{r.field}: expected {r.expected}, got {r.actual}"
+            + (f" ({r.problem})" if r.problem else ""),
         )
         for r in bad
     ]

@@ -18,6 +18,9 @@ SUITE_KIND = "RuleTest"
 Locate = Callable[[JsonPath, bool], Location]
 
 
+# Provenance fields an expected intent may name at its top level, besides the printed intent fields.
+PROVENANCE_ALIASES = ("rule", "mode", "item", "items", "source", "conditions", "inputs")
+
 LISTS = ("intents", "operations", "held", "skipped", "workloadIssues", "oomPriorities")
 
 

@@ -24,6 +24,7 @@ from engine.resources import data_dir
 from engine.ruletest.match import CPUS_KEYS, OPERATORS, as_number, cpus_of, number_text, tolerance_of
 from engine.ruletest.model import (
     LISTS,
+    PROVENANCE_ALIASES,
     SUITE_KIND,
     Anchor,
     Case,
@@ -37,7 +38,7 @@ from engine.ruletest.model import (
     prefixed,
 )
 from engine.ruletest.overlay import overlay_documents
-from engine.sources.facts_check import facts_problems
+from engine.sources.facts_check import facts_problems, with_numbers
 from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
 
@@ -69,7 +70,7 @@ def _problems(validator: Draft202012Validator, data: Any, locate: Locate) -> lis
 
 
 # Aliases an expected entry may use besides the fields printed by `qosd eval --output json`.
-INTENT_ALIASES = ("rule", "mode", "item", "source", "conditions", "inputs", "held")
+INTENT_ALIASES = (*PROVENANCE_ALIASES, "held")
 
 
 @cache
@@ -210,7 +211,7 @@ class SuiteReader:
         if found:
             self.problems.extend(found)
             return None
-        return copy.deepcopy(dict(raw))
+        return copy.deepcopy(dict(with_numbers(raw)))
 
     def _patched(self, facts: dict[str, Any], patch: Any, path: JsonPath) -> dict[str, Any] | None:
         if patch is None:
@@ -223,7 +224,7 @@ class SuiteReader:
                 for p in found
             )
             return None
-        return merged
+        return dict(with_numbers(merged))
 
     def _state(self, raw: Any, path: JsonPath) -> EngineState:
         if raw is None:
@@ -362,7 +363,10 @@ class SuiteReader:
             return None
         case = merged.get("case")
         return Anchor(
-            str(merged["repo"]), str(merged["file"]), str(merged["function"]), None if case is None else str(case)
+            str(merged["repo"]),
+            str(merged["file"]),
+            str(merged["function"]),
+            None if case is None else str(case),
         )
 
     def _expect(self, raw: Mapping[str, Any], path: JsonPath) -> Expect:
@@ -438,7 +442,8 @@ class SuiteReader:
             return
         for key, value in arg.items():
             if key not in CPUS_KEYS:
-                self.add((*path, key), f"cpuset has no {key!r}", did_you_mean(str(key), CPUS_KEYS) or usage, True)
+                hint = did_you_mean(str(key), CPUS_KEYS) or usage
+                self.add((*path, key), f"cpuset has no {key!r}", hint, True)
             elif key == "within" and cpus_of(value) is None:
                 self.add((*path, key), f"{short(value)} is not a cpuset", usage)
             elif key == "count":

@@ -30,6 +30,9 @@ class CaseResult:
     anchor: Anchor | None = None
     failures: list[Failure] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # For rule coverage: the enabled rules of the case's policy, and those that fired in some tick.
+    rules: tuple[str, ...] = ()
+    fired: frozenset[str] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -96,6 +99,7 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
         result.status = "error" if case.xfail is None else "xfail"
         result.problems = problems
         return result, ticks
+    result.rules = tuple(r.name for r in policy.rules)
     if case.refused is not None:
         result.failures = check_refused(case.refused, None, case.location)
         return _settled(result, case), ticks
@@ -112,6 +116,7 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
                 result.failures.extend(check_tick(expect, doc, suite.doc.locate, step.label))
     finally:
         engine.backend.close()
+    result.fired = frozenset(name for doc in ticks for name in doc["fired"])
     return _settled(result, case), ticks
 
 

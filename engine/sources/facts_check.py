@@ -9,12 +9,14 @@ file:line:col and JSON path instead of raising in the middle of a tick.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from engine.config.errors import Location, Problem
 from engine.config.load import JsonPath
 from engine.config.schema_check import schema_problems
+from engine.config.unitcheck import schema_file, unit_values
 from engine.model.units import parse_quantity
 
 Locate = Callable[[JsonPath, bool], Location]
@@ -27,6 +29,27 @@ def quantity_problem(value: Any) -> str:
     except ValueError as exc:
         return str(exc)
     return ""
+
+
+def with_numbers(data: Any, root: Mapping[str, Any] | None = None) -> Any:
+    """A copy of a schema-valid facts document (or of the part at schema node ``root``, such as a
+    workload) with every Kubernetes quantity string ("32Gi", "500m") the schema allows replaced by
+    its number in base units. Rules, traces and RuleTests take quantities; so do facts, and every
+    reader of facts gets numbers, whichever way the author wrote them."""
+    found = [
+        (path, parse(value))
+        for path, is_key, parse, value in unit_values(schema_file("facts.schema.json"), data, root)
+        if parse is parse_quantity and not is_key and isinstance(value, str)
+    ]
+    if not found:
+        return data
+    out = copy.deepcopy(data)
+    for path, number in found:
+        target = out
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = number
+    return out
 
 
 def facts_problems(data: Any, locate: Locate) -> list[Problem]:

@@ -21,7 +21,7 @@ def set_cgroup(ctx: ActionContext) -> bool:
     asked = _memory_qos(ctx, spec)
     if not spec.knobs:
         return asked
-    provenance = ctx.first_provenance({"target": dict(spec.target)})
+    provenance = ctx.node_provenance({"target": dict(spec.target)})
     paths: list[tuple[str, Workload | None]]
     if spec.path is not None:
         paths = [(spec.path, None)]
@@ -67,6 +67,6 @@ def _memory_qos(ctx: ActionContext, spec: SetCgroupSpec) -> bool:
         return False
     if not ctx.class_members(class_name):
         return False
-    provenance = ctx.first_provenance({"target": {"class": class_name}})
+    provenance = ctx.node_provenance({"target": {"class": class_name}})
     ctx.tick.memory_qos.append(MemoryQosAsk(ctx.name, class_name, qos, provenance))
     return True

@@ -63,7 +63,7 @@ def suppress(ctx: ActionContext) -> bool:
             step_percent=p.step_percent,
         )
         inputs = {**amount.inputs(), **result.inputs(), "policy": "cfsQuota", "class": target}
-        provenance = ctx.first_provenance(inputs)
+        provenance = ctx.node_provenance(inputs)
         if result.quota is None:
             ctx.skip(f"suppress {target}: quota unchanged ({result.reason})")
         else:
@@ -90,7 +90,7 @@ def suppress(ctx: ActionContext) -> bool:
         ctx.skip(f"suppress {target}: no CPUs could be picked; the cpuset stays {format_cpuset(old)}")
         return False
     inputs = {**amount.inputs(), **result_set.inputs(), "policy": "cpuset", "class": target}
-    provenance = ctx.first_provenance(inputs)
+    provenance = ctx.node_provenance(inputs)
     value = format_cpuset(result_set.cpus)
     ctx.tick.intents.append(CgroupIntent(cgroup, "cpuset.cpus", value, None, provenance))
     # The other policy's limit goes: no CFS quota on the class's directory (Koordinator's
