@@ -3,8 +3,10 @@ cfsQuotaBurstOnly or auto), compiled once per generation, and its checks."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from engine.config.errors import Checker
@@ -29,6 +31,49 @@ class CfsQuotaBurstSpec:
     dedicated_classes: tuple[str, ...] = ()
     reclaimed_classes: tuple[str, ...] = ()
     window: float | None = None
+    pod_annotation: str | None = None  # a pod's own cpuBurstStrategy, as Koordinator's JSON
+
+    def for_pod(self, annotations: Mapping[str, str]) -> tuple[CfsQuotaBurstSpec, str | None]:
+        """This section for one pod: its ``pod_annotation`` overlaid (Koordinator's
+        genPodBurstConfig: the pod's CPUBurstConfig over the node's), and why the annotation was
+        ignored, if it was."""
+        if self.pod_annotation is None:
+            return self, None
+        text = annotations.get(self.pod_annotation)
+        if text is None:
+            return self, None
+        return _overlay(self, text)
+
+
+# Koordinator's CPUBurstConfig keys and what they set here (cpuBurstPercent is the cpu-burst rule's).
+POD_POLICIES = {"none": False, "cpuBurstOnly": False, "cfsQuotaBurstOnly": True, "auto": True}
+
+
+@lru_cache(maxsize=1024)
+def _overlay(spec: CfsQuotaBurstSpec, text: str) -> tuple[CfsQuotaBurstSpec, str | None]:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return spec, f"it is not JSON ({exc.msg})"
+    if not isinstance(doc, dict):
+        return spec, "it is not a JSON object"
+    changes: dict[str, Any] = {}
+    policy = doc.get("policy")
+    if policy is not None:
+        if policy not in POD_POLICIES:
+            return spec, f"policy {str(policy)[:40]!r} is not one of {', '.join(POD_POLICIES)}"
+        changes["enabled"] = POD_POLICIES[policy]
+    for key, field, lo, hi in (
+        ("cfsQuotaBurstPercent", "max_percent", 100, 10000),
+        ("cfsQuotaBurstPeriodSeconds", "period_seconds", -1, 86400),
+    ):
+        value = doc.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            return spec, f"{key} {str(value)[:40]} is not an integer in [{lo}, {hi}]"
+        changes[field] = float(value) if field == "max_percent" else value
+    return replace(spec, **changes), None
 
 
 def compile_section(c: Checker, raw: Mapping[str, Any]) -> CfsQuotaBurstSpec | None:
@@ -55,4 +100,5 @@ def compile_section(c: Checker, raw: Mapping[str, Any]) -> CfsQuotaBurstSpec | N
         dedicated_classes=tuple(str(x) for x in raw.get("dedicatedClasses") or ()),
         reclaimed_classes=tuple(str(x) for x in raw.get("reclaimedClasses") or ()),
         window=c.duration((SECTION, "window"), raw.get("window")),
+        pod_annotation=str(raw["podAnnotation"]) if raw.get("podAnnotation") else None,
     )

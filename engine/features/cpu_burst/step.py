@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
-from engine.evaluate.context import Tick
+from engine.evaluate.context import Skipped, Tick
 from engine.evaluate.factview import FactViews, MembersIndex
 from engine.features.cpu_burst import limiter
 from engine.features.cpu_burst.spec import SECTION, CfsQuotaBurstSpec
@@ -56,19 +56,25 @@ class CfsQuotaBurstStep:
 
     def after_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
         spec = self.spec
-        if spec is None or not spec.enabled:
-            t.burst = {}  # nothing bursts: no bucket to keep
         if spec is None:
+            t.burst = {}  # nothing bursts: no bucket to keep
             return
+        before = dict(t.burst)
         ratio = self._share_pool_ratio(spec, snap, views.node)
         state = node_state(ratio, spec.share_pool_threshold_percent)
         members = self.members(snap.workloads)
         for name in spec.classes:
             for w in members.get(name, ()):
                 self._pod(spec, snap, t, w, state, ratio)
-        if spec.enabled and spec.period_seconds >= 0:
-            now = snap.time
-            t.burst = {k: b for k, b in t.burst.items() if not limiter.expired(b, spec.period_seconds, now)}
+        # Buckets stepped this round stay; the others until two of the node's periods have passed
+        # (Koordinator's Recycle), or at once when the node keeps no bucket of its own.
+        now = snap.time
+        period = spec.period_seconds if spec.enabled else -1
+        t.burst = {
+            k: b
+            for k, b in t.burst.items()
+            if b is not before.get(k) or (period >= 0 and not limiter.expired(b, period, now))
+        }
 
     def _share_pool_ratio(
         self, spec: CfsQuotaBurstSpec, snap: Snapshot, node: Mapping[str, Any]
@@ -100,6 +106,11 @@ class CfsQuotaBurstStep:
         state: NodeState,
         ratio: float | None,
     ) -> None:
+        spec, ignored = spec.for_pod(w.annotations)
+        if ignored:
+            t.skipped.append(
+                Skipped(SECTION, f"annotation {spec.pod_annotation} of {w.key} ignored: {ignored}")
+            )
         now = snap.time
         containers = snap.metrics.containers
         delta = 0

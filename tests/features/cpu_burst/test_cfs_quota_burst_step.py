@@ -5,7 +5,11 @@ section switched off holds quotas at their base."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
+
+import pytest
 
 from engine.config.errors import PolicyError
 from engine.evaluate.engine import Engine
@@ -105,3 +109,50 @@ def test_an_unknown_class_is_refused_at_its_place() -> None:
         )
     else:
         raise AssertionError("an unknown class was accepted")
+
+
+def annotated(text: str) -> Any:
+    snap = facts(1000, 200000)
+    w = snap.workloads[0]
+    pod = replace(w, annotations=MappingProxyType({"koordinator.sh/cpuBurst": text}))
+    return replace(snap, workloads=(pod,))
+
+
+def test_a_pods_annotation_overlays_the_section() -> None:
+    """Test_genPodBurstConfig: the pod's policy and percents over the node's; a section that is off
+    bursts for a pod whose annotation says auto, and cpuBurstOnly holds the pod at its base."""
+    rules = spec(enabled=False, podAnnotation="koordinator.sh/cpuBurst")
+    on = run_tick(
+        Engine(policy(rules)),
+        annotated('{"policy": "auto", "cfsQuotaBurstPercent": 150}'),
+        EngineState(),
+        Guards(),
+    )
+    assert writes(on) == [(POD, "240000"), (f"{POD}/c", "240000")]
+    assert on.state.burst == {}  # the pod's period is the node's -1: no bucket
+    capped = run_tick(
+        Engine(policy(rules)),
+        annotated('{"policy": "auto", "cfsQuotaBurstPercent": 110}'),
+        EngineState(),
+        Guards(),
+    )
+    assert writes(capped) == [(POD, "220000"), (f"{POD}/c", "220000")]  # 240000 capped at 110%
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{not json", "it is not JSON"),
+        (
+            '{"policy": "sometimes"}',
+            "policy 'sometimes' is not one of none, cpuBurstOnly, cfsQuotaBurstOnly, auto",
+        ),
+        ('{"cfsQuotaBurstPercent": 50}', "cfsQuotaBurstPercent 50 is not an integer in [100, 10000]"),
+    ],
+)
+def test_a_bad_annotation_is_ignored_with_a_note(text: str, why: str) -> None:
+    rules = spec(podAnnotation="koordinator.sh/cpuBurst")
+    result = run_tick(Engine(policy(rules)), annotated(text), EngineState(), Guards())
+    assert writes(result) == [(POD, "240000"), (f"{POD}/c", "240000")]  # the section's own values
+    notes = [s.to_dict()["reason"] for s in result.evaluation.skipped]
+    assert [n for n in notes if n.startswith(f"annotation koordinator.sh/cpuBurst of p ignored: {why}")], notes
