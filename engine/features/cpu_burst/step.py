@@ -20,6 +20,7 @@ from engine.features.cpu_burst import limiter
 from engine.features.cpu_burst.spec import SECTION, CfsQuotaBurstSpec
 from engine.features.cpu_burst.strategy import (
     NodeState,
+    Operation,
     base_quota,
     by_node,
     ceil_quota,
@@ -133,7 +134,7 @@ class CfsQuotaBurstStep:
                 tokens = bucket.tokens
             throttled = facts.get("cpu.throttled_ratio")
             asked = container_operation(allowed, None if throttled is None else float(throttled))
-            operation = by_node(state, asked) if spec.enabled else "reset"
+            operation: Operation = by_node(state, asked) if spec.enabled else "reset"
             ceiling = ceil_quota(base, spec.max_percent)
             target = target_quota(current, base, ceiling, operation)
             if target == current:
