@@ -120,9 +120,12 @@ class CfsQuotaBurstStep:
                 continue
             limit = c.limits.get("cpu")
             base = base_quota(limit) if limit else -1
-            current = int_or_none((snap.cgroups.get(c.cgroup_path) or {}).get(QUOTA) or "")
-            if base <= 0 or limit is None or current is None:
-                continue  # no limit to burst over, or the quota is unknown this round
+            if base <= 0 or limit is None:
+                continue  # no limit to burst over
+            # What the cgroup holds, else what the kubelet set for the limit: the daemon reads a
+            # quota once qosd manages it (the pairs it wrote are tracked), not before.
+            observed = int_or_none((snap.cgroups.get(c.cgroup_path) or {}).get(QUOTA))
+            current = base if observed is None else observed
             key = f"{w.uid}/{c.name}"
             facts = containers.get(key, EMPTY)
             allowed, tokens = True, None
@@ -156,10 +159,13 @@ class CfsQuotaBurstStep:
                 CgroupIntent(c.cgroup_path, QUOTA, str(target), w.key, self._provenance(w, inputs))
             )
             delta += target - current
-        pod_quota = (
-            int_or_none((snap.cgroups.get(w.cgroup_path) or {}).get(QUOTA) or "") if w.cgroup_path else None
-        )
-        if delta and pod_quota is not None and pod_quota > 0:  # an unlimited pod (-1) stays unlimited
+        if not delta or not w.cgroup_path:
+            return
+        pod_quota = int_or_none((snap.cgroups.get(w.cgroup_path) or {}).get(QUOTA))
+        if pod_quota is None:  # unread: the kubelet's, from the pod's limit (-1 when one is unlimited)
+            pod_limit = w.limit("cpu")
+            pod_quota = base_quota(pod_limit) if pod_limit else -1
+        if pod_quota > 0:  # an unlimited pod (-1) stays unlimited
             inputs = {"containersDelta": delta, "currentQuota": pod_quota, "nodeState": state}
             t.intents.append(
                 CgroupIntent(w.cgroup_path, QUOTA, str(pod_quota + delta), w.key, self._provenance(w, inputs))

@@ -156,3 +156,12 @@ def test_a_bad_annotation_is_ignored_with_a_note(text: str, why: str) -> None:
     assert writes(result) == [(POD, "240000"), (f"{POD}/c", "240000")]  # the section's own values
     notes = [s.to_dict()["reason"] for s in result.evaluation.skipped]
     assert [n for n in notes if n.startswith(f"annotation koordinator.sh/cpuBurst of p ignored: {why}")], notes
+
+
+def test_without_observed_quotas_the_kubelets_are_the_start() -> None:
+    """The daemon reads a quota once qosd manages it; before, the container's and the pod's are the
+    kubelet's for their limits (2 cores: 200000)."""
+    snap = facts(1000, 200000)
+    unread = replace(snap, cgroups={})
+    result = run_tick(Engine(policy(spec())), unread, EngineState(), Guards())
+    assert writes(result) == [(POD, "240000"), (f"{POD}/c", "240000")]
