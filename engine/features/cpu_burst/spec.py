@@ -3,13 +3,13 @@ cfsQuotaBurstOnly or auto), compiled once per generation, and its checks."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 from engine.config.errors import Checker
+from engine.model.pod_json import bounded_int, json_object
 
 SECTION = "cfsQuotaBurst"
 
@@ -51,12 +51,9 @@ POD_POLICIES = {"none": False, "cpuBurstOnly": False, "cfsQuotaBurstOnly": True,
 
 @lru_cache(maxsize=1024)
 def _overlay(spec: CfsQuotaBurstSpec, text: str) -> tuple[CfsQuotaBurstSpec, str | None]:
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        return spec, f"it is not JSON ({exc.msg})"
-    if not isinstance(doc, dict):
-        return spec, "it is not a JSON object"
+    doc, why = json_object(text)
+    if doc is None:
+        return spec, why
     changes: dict[str, Any] = {}
     policy = doc.get("policy")
     if policy is not None:
@@ -67,12 +64,11 @@ def _overlay(spec: CfsQuotaBurstSpec, text: str) -> tuple[CfsQuotaBurstSpec, str
         ("cfsQuotaBurstPercent", "max_percent", 100, 10000),
         ("cfsQuotaBurstPeriodSeconds", "period_seconds", -1, 86400),
     ):
-        value = doc.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            return spec, f"{key} {str(value)[:40]} is not an integer in [{lo}, {hi}]"
-        changes[field] = float(value) if field == "max_percent" else value
+        value, why = bounded_int(doc, key, lo, hi)
+        if why:
+            return spec, why
+        if value is not None:
+            changes[field] = float(value) if field == "max_percent" else value
     return replace(spec, **changes), None
 
 

@@ -3,7 +3,6 @@ generation, and the memoryGuard action's spec (Katalyst's MemoryGuard defaults) 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -16,6 +15,7 @@ from engine.features.memory_qos.strategy import (
     MIN_CRITICAL_WATERMARK,
     MemoryQOSConfig,
 )
+from engine.model.pod_json import bounded_int, json_object
 from engine.model.units import parse_quantity
 
 DEFAULT_RECLAIM_ROOT = "kubepods/besteffort"  # katalyst: reclaimed relative root cgroup path
@@ -114,12 +114,9 @@ class MemoryQos:
 @lru_cache(maxsize=1024)
 def _overlay(qos: MemoryQos, text: str) -> tuple[MemoryQos, str | None]:
     """Cached per (block, annotation text): a steady node parses each pod's annotation once."""
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        return qos, f"it is not JSON ({exc.msg})"
-    if not isinstance(doc, dict):
-        return qos, "it is not a JSON object"
+    doc, why = json_object(text)
+    if doc is None:
+        return qos, why
     policy = doc.get("policy") or "default"
     if policy not in POD_POLICIES:
         return qos, f"policy {str(policy)[:40]!r} is not one of {', '.join(POD_POLICIES)}"
@@ -127,12 +124,11 @@ def _overlay(qos: MemoryQos, text: str) -> tuple[MemoryQos, str | None]:
         return MemoryQos._of(OPTED_OUT, qos.resource, qos.pod_annotation), None
     merged = dict(qos.fields)
     for key, (lo, hi) in FIELD_RANGES.items():
-        value = doc.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            return qos, f"{key} {str(value)[:40]} is not an integer in [{lo}, {hi}]"
-        merged[key] = value
+        value, why = bounded_int(doc, key, lo, hi)
+        if why:
+            return qos, why
+        if value is not None:
+            merged[key] = value
     return MemoryQos._of(merged, qos.resource, qos.pod_annotation), None
 
 
