@@ -81,7 +81,10 @@ def test_the_block_counts_per_package_with_xfail_reasons(parity: Path) -> None:
     block = render(results_for(parity / "examples" / "parity"), parity, parity / "examples" / "parity")
     lines = block.splitlines()
     assert lines[0] == BEGIN and lines[-1] == END
-    assert "**4 cases ported, 2 pass (50%), 1 xfail (known differences, reasons below), 1 failing.**" in lines
+    assert (
+        "**4 cases ported, 2 pass (50%), 1 xfail (known differences, reasons below), 1 failing.** "
+        "The target of at least 90% passing is not met yet."
+    ) in lines
     assert (
         "| koordinator-sh/koordinator | `pkg/koordlet/qosmanager/plugins/memoryevict` | 1 | 2 | 1 | 1 | 0 |" in lines
     )

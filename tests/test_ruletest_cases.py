@@ -4,35 +4,18 @@ how results are counted (pass / fail / xfail / xpass per suite and per directory
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from engine.ruletest.options import main
-
-ROOT = Path(__file__).resolve().parent.parent
-MEMORY_PRESSURE = ROOT / "examples" / "snapshots" / "memory-pressure.yaml"
+from tests.test_ruletest import suite as write_suite
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def write_suite(directory: Path, body: str, name: str = "suite.yaml") -> Path:
-    """A RuleTest file; FACTS names a copy of the memory-pressure snapshot next to it (no node CPU
-    usage, so the only intents are be-memory-evict's evictions of batch/etl-small and spark-exec-1)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    facts = yaml.safe_load(MEMORY_PRESSURE.read_text())
-    del facts["metrics"]["node"]["cpu"]
-    (directory / "mp.yaml").write_text(yaml.safe_dump(facts, sort_keys=False), encoding="utf-8")
-    text = "apiVersion: qosd.io/v1alpha1\nkind: RuleTest\n" + textwrap.dedent(body).lstrip("\n")
-    path = directory / name
-    path.write_text(text.replace("FACTS", "mp.yaml"), encoding="utf-8")
-    return path
 
 
 # ---------------------------------------------------------------- anchor
@@ -162,6 +145,35 @@ def test_inline_overlay_wins_over_the_suite_files(tmp_path: Path, capsys: pytest
             facts: FACTS
             expect: {intents: [{kind: evict}], notIntents: [{kind: evict}]}
           - name: overlay on top
+            facts: FACTS
+            overlay: {rules: [{name: be-memory-evict, then: {evict: {maxPerRound: 3}}}]}
+            expect: {intents: [{kind: evict}, {kind: evict}]}
+        """,
+    )
+    code, out, _ = run(capsys, str(path))
+    assert code == 0, out
+
+
+def test_a_suite_overlay_applies_to_every_case_and_a_case_overlay_above_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The suite's overlay sets maxPerRound 1 for all cases (also under a case's own `policy`); a
+    case's overlay sets it back to 3 at the same (default) priority without an equal-priority
+    conflict, because a case's overlay is the layer above its suite's."""
+    path = write_suite(
+        tmp_path,
+        """
+        metadata: {name: suite-overlay}
+        overlay: {rules: [{name: be-memory-evict, then: {evict: {maxPerRound: 1}}}]}
+        cases:
+          - name: suite overlay
+            facts: FACTS
+            expect: {intents: [{kind: evict}], notIntents: [{kind: evict}]}
+          - name: suite overlay under the case's policy
+            policy: {labels: {team: a}}
+            facts: FACTS
+            expect: {intents: [{kind: evict}], notIntents: [{kind: evict}]}
+          - name: case overlay above it
             facts: FACTS
             overlay: {rules: [{name: be-memory-evict, then: {evict: {maxPerRound: 3}}}]}
             expect: {intents: [{kind: evict}, {kind: evict}]}

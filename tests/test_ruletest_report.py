@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,9 @@ import pytest
 import yaml
 
 from engine.ruletest.options import main
+from tests.test_ruletest import suite
 
 ROOT = Path(__file__).resolve().parent.parent
-MEMORY_PRESSURE = ROOT / "examples" / "snapshots" / "memory-pressure.yaml"
 
 # One of each result: pass, fail, xfail (a case that fails as marked), xpass (marked, but passes),
 # error (a policy path that does not parse).
@@ -53,17 +52,12 @@ cases:
 """
 
 
-def write_suite(directory: Path, body: str, name: str = "suite.yaml") -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    facts = yaml.safe_load(MEMORY_PRESSURE.read_text())
-    del facts["metrics"]["node"]["cpu"]
-    (directory / "mp.yaml").write_text(yaml.safe_dump(facts, sort_keys=False), encoding="utf-8")
+def write_suite(directory: Path, body: str) -> Path:
+    """A suite (tests/test_ruletest.py's), next to broken.yaml, a policy whose rule's `when` is a number."""
+    path = suite(directory, body)
     (directory / "broken.yaml").write_text(
         "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: b}\nspec: {rules: [{name: x, when: 3}]}\n"
     )
-    text = "apiVersion: qosd.io/v1alpha1\nkind: RuleTest\n" + textwrap.dedent(body).lstrip("\n")
-    path = directory / name
-    path.write_text(text.replace("FACTS", "mp.yaml"), encoding="utf-8")
     return path
 
 

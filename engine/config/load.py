@@ -51,9 +51,10 @@ class Layer(IntEnum):
     BUILTIN = 0
     FILE = 1
     CR = 2
-    # A RuleTest case's inline overlay (engine/ruletest): it overrides whatever the suite loads, as a
-    # test's own setting must, and is located in the suite file.
+    # RuleTest inline overlays (engine/ruletest), located in the suite file: a suite's overrides
+    # whatever its policy loads, as a test's own setting must, and a case's overrides its suite's.
     TEST = 3
+    TEST_CASE = 4
 
 
 def _core_schema_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from engine.config.errors import Location, Problem, short
@@ -287,18 +288,12 @@ def _assemble(
     return Merged(spec, origins, docs, tuple(unanchored))
 
 
+@cache
 def entry_required(section: str) -> tuple[str, ...]:
     """Fields besides ``name`` the schema requires of a complete entry of ``section``: an entry
     without one of them can only patch an entry some other document defines."""
-    return _ENTRY_REQUIRED[section]
-
-
-_ENTRY_REQUIRED: dict[str, tuple[str, ...]] = {
-    section: tuple(
-        f for f in policy_schema()["$defs"][SECTION_DEFINITIONS[section]].get("required", ()) if f != "name"
-    )
-    for section in NAMED_SECTIONS
-}
+    definition = policy_schema()["$defs"][SECTION_DEFINITIONS[section]]
+    return tuple(f for f in definition.get("required", ()) if f != "name")
 
 
 # ---------------------------------------------------------------- equal-priority conflicts

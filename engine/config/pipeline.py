@@ -33,7 +33,7 @@ from engine.config.policy import Policy
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
 from engine.config.selector import matches
-from engine.config.unset import unset_problems
+from engine.config.unset import has_unset, unset_problems
 from engine.model.node import NodeInfo
 from engine.resources import API_VERSION, bundled_policy_files, data_dir
 
@@ -173,7 +173,8 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
         problems.extend(unset_problems(data.get("spec") or {}, doc.locate))
     if problems:
         return None, problems
-    rendered = Rendered(doc, data, incomplete=bool(gaps))
+    # A document that unsets fields may leave the merged spec without one it requires: check it whole.
+    rendered = Rendered(doc, data, incomplete=bool(gaps) or has_unset(data.get("spec") or {}))
     problems.extend(document_problems(rendered))
     return (rendered if not problems else None), problems
 

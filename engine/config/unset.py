@@ -62,25 +62,29 @@ def _resolve(node: Any) -> Any:
     return node
 
 
-def _children(node: Any) -> tuple[dict[str, Any], bool]:
-    """(properties a mapping at ``node`` may have, whether other keys are allowed too)."""
+def _children(node: Any) -> tuple[dict[str, Any], bool, set[str]]:
+    """(properties a mapping at ``node`` may have, whether other keys are allowed too, the
+    properties some alternative requires)."""
     node = _resolve(node)
     props: dict[str, Any] = {}
+    required: set[str] = set()
     open_ended = False
     if not isinstance(node, Mapping):
-        return props, True
+        return props, True, required
     props.update(node.get("properties") or {})
+    required.update(node.get("required") or ())
     extra = node.get("additionalProperties")
     if extra not in (None, False) or node.get("patternProperties"):
         open_ended = True
     for key in ("oneOf", "anyOf", "allOf"):
         for branch in node.get(key) or ():
-            sub, more = _children(branch)
+            sub, more, needed = _children(branch)
             props.update(sub)
+            required |= needed
             open_ended = open_ended or more
     if not props and "properties" not in node and not any(k in node for k in ("oneOf", "anyOf", "allOf")):
         open_ended = True  # a scalar or free-form value: nothing below it to check
-    return props, open_ended
+    return props, open_ended, required
 
 
 def path_problem(section: str, path: str) -> tuple[int, str, str] | None:
@@ -91,11 +95,13 @@ def path_problem(section: str, path: str) -> tuple[int, str, str] | None:
     if parts[0] in NEVER:
         return 0, f"{parts[0]!r} cannot be unset", "use enabled: false to switch an entry off"
     node: Any = _section_schema(section)
-    required = set(_resolve(node).get("required") or ())
-    if len(parts) == 1 and parts[0] in required:
-        return 0, f"{parts[0]!r} is required of every entry and cannot be unset", ""
     for i, part in enumerate(parts):
-        props, open_ended = _children(node)
+        props, open_ended, required = _children(node)
+        if part in required and i == len(parts) - 1:
+            where = ".".join(parts[:i])
+            if not where:
+                return i, f"{part!r} is required of every entry and cannot be unset", ""
+            return i, f"{part!r} is required in {where} and cannot be unset", f"unset {where} as a whole"
         if part in props:
             node = props[part]
             continue
@@ -140,3 +146,13 @@ def unset_paths(data: dict[str, Any], paths: list[str]) -> list[tuple[str, ...]]
             del target[parts[-1]]
             removed.append(parts)
     return removed
+
+
+def has_unset(spec: Mapping[str, Any]) -> bool:
+    """Whether a document's spec removes any inherited field."""
+    for section in DEFINITIONS:
+        value = spec.get(section)
+        entries = value if isinstance(value, list) else [value]
+        if any(isinstance(e, Mapping) and e.get(UNSET) for e in entries):
+            return True
+    return False

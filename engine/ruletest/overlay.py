@@ -29,7 +29,9 @@ def _rerooted(marks: Marks, prefix: JsonPath, into: JsonPath) -> Marks:
     return out
 
 
-def overlay_documents(suite: Document, path: JsonPath, raw: Any, label: str) -> tuple[Document, ...]:
+def overlay_documents(
+    suite: Document, path: JsonPath, raw: Any, label: str, layer: Layer
+) -> tuple[Document, ...]:
     """The QoSPolicy documents of the overlay at ``path`` in ``suite`` (a spec, a document, or a list).
 
     A bare spec becomes a document named after the case, so ``qosd explain`` and conflict messages
@@ -52,5 +54,5 @@ def overlay_documents(suite: Document, path: JsonPath, raw: Any, label: str) -> 
             for key in ("apiVersion", "kind", "metadata", ("metadata", "name")):
                 p: JsonPath = key if isinstance(key, tuple) else (key,)
                 marks.values[p] = marks.keys[p] = position
-        docs.append(Document(suite.source, suite.index, data, marks, Layer.TEST, suite.path))
+        docs.append(Document(suite.source, suite.index, data, marks, layer, suite.path))
     return tuple(docs)

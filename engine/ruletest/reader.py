@@ -14,7 +14,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from engine.config.errors import Location, PolicyError, Problem, UsageError, short
-from engine.config.load import Document, JsonPath, read_file, yaml_files_under
+from engine.config.load import Document, JsonPath, Layer, read_file, yaml_files_under
 from engine.config.schema_check import did_you_mean, inline_refs, validation_problems
 from engine.config.unitcheck import schema_file, unit_problems
 from engine.evaluate.state import EngineState
@@ -136,6 +136,10 @@ class SuiteReader:
         if self.problems:
             return None
         suite_policy = self._policy(data.get("policy"), ("policy",), PolicySpec())
+        if "overlay" in data:
+            name = self._overlay_name()
+            docs = overlay_documents(self.doc, ("overlay",), data["overlay"], name, Layer.TEST)
+            suite_policy = dataclasses.replace(suite_policy, overlay=docs)
         suite_guards = self._guards(data.get("guards") or {}, Guards())
         names: dict[str, int] = {}
         cases = []
@@ -153,6 +157,11 @@ class SuiteReader:
         if self.problems:
             return None
         return Suite(self.doc.source, self._suite_name(), self.doc, tuple(cases))
+
+    def _overlay_name(self) -> str:
+        """metadata.name of an inline overlay: a Kubernetes object name, as the schema requires."""
+        slug = re.sub(r"[^a-z0-9]+", "-", self._suite_name().lower()).strip("-")[:200] or "suite"
+        return f"ruletest.{slug}"
 
     def _suite_name(self) -> str:
         meta = self.doc.data.get("metadata") or {}
@@ -185,6 +194,7 @@ class SuiteReader:
             builtin=bool(raw.get("builtin", base.builtin)),
             profile=raw.get("profile", base.profile),
             labels={**base.labels, **(raw.get("labels") or {})},
+            overlay=base.overlay,  # the suite's inline overlay stays under a case's own policy
             location=self.loc(path, True),
         )
 
@@ -276,10 +286,9 @@ class SuiteReader:
         elif "patch" in raw:
             self.add((*base, "patch"), "a case-level patch needs case-level facts to patch", prefer_key=True)
         if "overlay" in raw:
-            slug = re.sub(r"[^a-z0-9]+", "-", self._suite_name().lower()).strip("-")[:200] or "suite"
-            label = f"ruletest.{slug}.case-{i + 1}"  # a Kubernetes object name, as metadata.name must be
-            docs = overlay_documents(self.doc, (*base, "overlay"), raw["overlay"], label)
-            case_policy = dataclasses.replace(case_policy, overlay=docs)
+            label = f"{self._overlay_name()}.case-{i + 1}"
+            docs = overlay_documents(self.doc, (*base, "overlay"), raw["overlay"], label, Layer.TEST_CASE)
+            case_policy = dataclasses.replace(case_policy, overlay=(*case_policy.overlay, *docs))
         anchor = self._anchor(raw.get("anchor"), base)
         if "refused" in raw and ("expect" in raw or "steps" in raw):
             self.add(
