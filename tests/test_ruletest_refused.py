@@ -82,7 +82,7 @@ def test_refused_beside_expect_is_a_located_suite_error(
     )
     assert main([str(path)]) == 1
     _, err = capsys.readouterr()
-    assert "suite.yaml:6:5" in err and "runs no tick, so it has no `expect` or `steps`" in err
+    assert "suite.yaml:7:5" in err and "runs no tick, so it has no `expect` or `steps`" in err
 
 
 def test_an_xfail_case_whose_policy_is_refused_counts_as_a_known_failure(

@@ -89,11 +89,11 @@ HIGH_90 = str((Gi + Gi * 90 // 100) // PAGE * PAGE)
         ('{"policy":"none"}', NONE_VALUES, {**NONE_VALUES, "memory.high": "max"}),
         # "pod policy is Auto, use merged pod config": the class values with throttling 90.
         ('{"policy":"auto","throttlingPercent":90}', CLASS_VALUES, {**CLASS_VALUES, "memory.high": HIGH_90}),
-        # policy default (or none given) with fields: the fields overlay the class's.
+        # policy default (or none given) with fields: the fields overlay the class's. The class's
+        # low stays 0: Koordinator lifts low to min only when low is above 0.
         ('{"minLimitPercent":50,"wmarkMinAdj":-25}', {**CLASS_VALUES, "memory.min": str(Gi // 2),
-         "memory.low": str(Gi // 2), "memory.wmark_min_adj": "-25"},
-         {**CLASS_VALUES, "memory.min": str(Gi // 2), "memory.low": str(Gi // 2), "memory.wmark_min_adj": "-25",
-          "memory.high": "max"}),
+         "memory.wmark_min_adj": "-25"},
+         {**CLASS_VALUES, "memory.min": str(Gi // 2), "memory.wmark_min_adj": "-25", "memory.high": "max"}),
     ],
 )  # fmt: skip
 def test_the_annotation_overlays_the_class(
