@@ -172,7 +172,7 @@ def trigger_of(raw: Mapping[str, Any]) -> Trigger | None:
             limit=str(cfg.get("limit", "realLimit")),
             request_resource=str(cfg.get("requestResource", DEFAULT_BATCH_CPU)),
         )
-    if kind == RequestOverAllocatable.kind:
+    if kind == "requestOverAllocatable":
         return RequestOverAllocatable(
             resource=str(cfg["resource"]),
             threshold_percent=int(cfg["thresholdPercent"]),
@@ -282,7 +282,7 @@ def _check_trigger(c: Checker, p: JsonPath, params: Mapping[str, Any], when: Con
             f"trigger {kind} evicts in its anchor's own order, so orderBy would be ignored",
             "remove orderBy from this evict action",
         )
-    alloc = trigger.get(RequestOverAllocatable.kind)
+    alloc = trigger.get("requestOverAllocatable")
     if isinstance(alloc, dict):
         max_priority = (params.get("victims") or {}).get("maxPriority")
         error = config_error(alloc.get("thresholdPercent"), alloc.get("lowerPercent"), max_priority)
