@@ -452,7 +452,7 @@ def _host_values(
     if file == "cpu.shares":
         shares = int_or_none(text)
         bad = f"cpu.shares {value!r} is not an integer" if shares is None else shares_problem(shares)
-        if bad:
+        if bad or shares is None:
             raise TranslationError(f"{bad}; cannot convert it to cpu.weight for this cgroup v2 node")
         return [("cpu.weight", str(shares_to_weight(shares, formula)))]
     if file == "memory.limit_in_bytes":

@@ -14,8 +14,10 @@ def json_object(text: str) -> tuple[Mapping[str, Any] | None, str | None]:
     """The annotation's JSON object, or None and why it is not one."""
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return None, f"it is not JSON ({exc.msg})"
+    except ValueError as exc:  # e.g. an integer too long to convert
+        return None, f"it is not JSON ({exc})"
     if not isinstance(doc, dict):
         return None, "it is not a JSON object"
     return doc, None

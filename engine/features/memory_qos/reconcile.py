@@ -101,12 +101,14 @@ def pod_memory_qos_intents(
         return None
     who = f"rule {ask.rule}" if ask is not None else class_who
     rule = ask.rule if ask is not None else class_rule
-    own = qos
-    qos, ignored = own.for_pod(w.annotations)
+    configured = qos
+    qos, ignored = configured.for_pod(w.annotations)
     if ignored:
         notes.append(Skipped(rule, f"{who}: annotation {qos.pod_annotation} of {w.key} ignored: {ignored}"))
     # The pod's own overlay, in the provenance of what it changed.
-    overlay = {"podAnnotation": w.annotations.get(own.pod_annotation or "")} if qos is not own else {}
+    overlay = (
+        {"podAnnotation": w.annotations.get(configured.pod_annotation or "")} if qos is not configured else {}
+    )
 
     def provenance(**extra: Any) -> Provenance:
         if ask is None:
