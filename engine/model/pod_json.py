@@ -6,8 +6,10 @@ Koordinator ignores one that does not parse, and the reason goes into a ``skippe
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def json_object(text: str) -> tuple[Mapping[str, Any] | None, str | None]:
@@ -31,3 +33,19 @@ def bounded_int(doc: Mapping[str, Any], key: str, lo: int, hi: int) -> tuple[int
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         return None, f"{key} {str(value)[:40]} is not an integer in [{lo}, {hi}]"
     return value, None
+
+
+def for_pod(
+    section: T,
+    key: str | None,
+    annotations: Mapping[str, str],
+    overlay: Callable[[T, str], tuple[T, str | None]],
+) -> tuple[T, str | None]:
+    """``section`` for one pod: ``overlay(section, text)`` when the pod carries the annotation ``key``
+    names, else the section itself (and no reason to report)."""
+    if key is None:
+        return section, None
+    text = annotations.get(key)
+    if text is None:
+        return section, None
+    return overlay(section, text)

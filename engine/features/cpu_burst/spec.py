@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from engine.config.errors import Checker
+from engine.model import pod_json
 from engine.model.pod_json import bounded_int, json_object
 
 SECTION = "cfsQuotaBurst"
@@ -37,12 +38,7 @@ class CfsQuotaBurstSpec:
         """This section for one pod: its ``pod_annotation`` overlaid (Koordinator's
         genPodBurstConfig: the pod's CPUBurstConfig over the node's), and why the annotation was
         ignored, if it was."""
-        if self.pod_annotation is None:
-            return self, None
-        text = annotations.get(self.pod_annotation)
-        if text is None:
-            return self, None
-        return _overlay(self, text)
+        return pod_json.for_pod(self, self.pod_annotation, annotations, _overlay)
 
 
 # Koordinator's CPUBurstConfig keys and what they set here (cpuBurstPercent is the cpu-burst rule's).

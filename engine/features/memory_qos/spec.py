@@ -15,6 +15,7 @@ from engine.features.memory_qos.strategy import (
     MIN_CRITICAL_WATERMARK,
     MemoryQOSConfig,
 )
+from engine.model import pod_json
 from engine.model.pod_json import bounded_int, json_object
 from engine.model.units import parse_quantity
 
@@ -103,12 +104,7 @@ class MemoryQos:
         ships, so the two agree unless an operator changed the rule's values. An annotation that
         does not parse, names an unknown policy or holds a value out of its field's range is ignored
         as a whole, as Koordinator ignores one that does not parse."""
-        if self.pod_annotation is None:
-            return self, None
-        text = annotations.get(self.pod_annotation)
-        if text is None:
-            return self, None
-        return _overlay(self, text)
+        return pod_json.for_pod(self, self.pod_annotation, annotations, _overlay)
 
 
 @lru_cache(maxsize=1024)
