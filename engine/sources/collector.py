@@ -291,6 +291,7 @@ class CollectorOptions:
     cgroup_psi: bool | None = None
     throttling: bool | None = None
     memory_every: int = 1
+    numa_every: int = 1  # memory.numa_stat on every Nth memory read of a cgroup (CgroupOptions)
     observe_every: int = 1  # re-read observed cgroup files every N ticks (see note_written)
     observed_files: tuple[str, ...] = DEFAULT_OBSERVED
     track_ttl: int = 30  # ticks a tracked (path, file) is re-read after it was last tracked
@@ -422,6 +423,7 @@ class NodeCollector:
             throttling=wanted(opts.throttling, "throttling"),
             memory_every=opts.memory_every,
             numa="pod_numa" in self._needs,
+            numa_every=opts.numa_every,
         )
 
     def track(self, pairs: Iterable[tuple[str, str]]) -> None:
