@@ -1738,3 +1738,23 @@ def test_real_cgroup_v1_usage_is_the_kernels_counter_delta() -> None:
         assert after > before
         assert facts["cpu.usage_cores"] == pytest.approx(min((after - before) / 1e9, ncpu), rel=1e-12)
         assert facts["memory.usage_bytes"] > 0 and "cpuset.cpus" in snap.cgroups.get(f"{tree.name}/busy", {})
+
+
+def test_the_cfs_quota_burst_section_asks_for_what_it_reads(tmp_path: Path) -> None:
+    """spec.cfsQuotaBurst reads each container's usage and throttling and the node's usage averaged
+    over its window: the collector samples containers and keeps that window once the policy says so."""
+    cg = v1_root(tmp_path)
+    collector, clock = collector_for(tmp_path, cg)
+    assert not collector.read_containers
+    collector.use_policy(
+        policy(
+            """\
+            classes:
+              - {name: LS, match: [{labels: {q: ls}}]}
+            cfsQuotaBurst: {enabled: true, classes: [LS], window: 5s}
+            """
+        )
+    )
+    assert collector.read_containers
+    clock.t = 1000.0
+    assert "5s" in collector.collect().metrics.windows

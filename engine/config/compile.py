@@ -39,6 +39,7 @@ from engine.features.class_knobs import spec as set_cgroup_spec
 from engine.features.class_knobs.knob_check import check_knob
 from engine.features.class_knobs.knobs import compile_knob
 from engine.features.class_knobs.spec import ClassCpu, ClassMemory, check_class_knobs
+from engine.features.cpu_burst.spec import compile_section as compile_cfs_quota_burst
 from engine.features.eviction import spec as eviction_spec
 from engine.features.eviction.pressure_spec import compile_pressure
 from engine.features.memory_qos import spec as memory_guard_spec
@@ -179,6 +180,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
     check_pools(c, pools)
     reclaim = compile_reclaim(c, spec.get("reclaim") or {})
     pressure = compile_pressure(c, spec.get("pressure") or {})
+    cfs_quota_burst = compile_cfs_quota_burst(c, spec.get("cfsQuotaBurst") or {})
     mode = str(spec.get("mode", "enforce"))
     rules = [_compile_rule(c, i, raw, mode) for i, raw in enumerate(spec.get("rules", []))]
     memory_guard_spec.check_one_reclaim_root(
@@ -213,6 +215,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
         origin_tree=MappingProxyType(dict(merged.origins)),
         pressure=pressure,
         weight_formula=(spec.get("cgroup") or {}).get("weightFormula"),
+        cfs_quota_burst=cfs_quota_burst,
     )
 
 

@@ -24,7 +24,7 @@ from engine.config.unset import DEFINITIONS as SECTION_DEFINITIONS
 from engine.config.unset import UNSET, policy_schema, unset_paths
 
 NAMED_SECTIONS = ("classes", "enhancements", "pools", "rules")
-SINGLE_SECTIONS = ("reclaim", "pressure", "cgroup")
+SINGLE_SECTIONS = ("reclaim", "pressure", "cgroup", "cfsQuotaBurst")
 SPEC_SCALARS = ("mode", "defaultClass")
 DOC_ONLY = ("priority", "nodeSelector")
 

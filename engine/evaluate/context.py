@@ -19,6 +19,7 @@ from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
 from engine.evaluate.factview import FactViews, MembersIndex
 from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
+from engine.features.cpu_burst.limiter import Bucket
 from engine.features.eviction.strategy import Round
 from engine.features.pools.strategy import PoolPlan
 from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
@@ -66,6 +67,7 @@ class Tick:
     pressure_inputs: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # "numa:<id>"/"node" -> terms
     published: Published = NOTHING_PUBLISHED  # the node update gate's memory, stepped after the rules
     oom_priorities: tuple[PodOomPriority, ...] = ()  # each active pod's OOM priority (class knobs)
+    burst: dict[str, Bucket] = field(default_factory=dict)  # container -> CFS quota burst token bucket
 
 
 class Step(Protocol):

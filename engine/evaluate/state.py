@@ -18,6 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from engine.features.cpu_burst.limiter import Bucket
 from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
 from engine.resources import data_dir
 
@@ -116,6 +117,7 @@ class EngineState:
     reports: Mapping[str, ReportHistory] = field(default_factory=dict)  # published resource -> smoothing
     pressure: PressureState = NO_PRESSURE  # counters and timers of the engine-computed triggers
     published: Published = NOTHING_PUBLISHED  # what the node update gate last let through
+    burst: Mapping[str, Bucket] = field(default_factory=dict)  # container -> CFS quota burst bucket
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -131,6 +133,8 @@ class EngineState:
             out["pressure"] = pressure
         if self.published.at is not None:
             out["published"] = self.published.to_dict()
+        if self.burst:
+            out["burst"] = {k: v.to_dict() for k, v in self.burst.items()}
         return out
 
     @classmethod
@@ -147,6 +151,7 @@ class EngineState:
             reports={str(k): ReportHistory.from_dict(v) for k, v in (data.get("reports") or {}).items()},
             pressure=PressureState.from_dict(data.get("pressure") or {}),
             published=Published.from_dict(data.get("published") or {}),
+            burst={str(k): Bucket.from_dict(v) for k, v in (data.get("burst") or {}).items()},
         )
 
 

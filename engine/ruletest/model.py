@@ -81,6 +81,8 @@ class Case:
     state: EngineState
     steps: tuple[Step, ...]
     anchor: Anchor | None = None
+    # Entries the problems of a refused policy must match (``refused``); None: the policy must build.
+    refused: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

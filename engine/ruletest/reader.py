@@ -290,6 +290,12 @@ class SuiteReader:
             docs = overlay_documents(self.doc, (*base, "overlay"), raw["overlay"], label, Layer.TEST_CASE)
             case_policy = dataclasses.replace(case_policy, overlay=(*case_policy.overlay, *docs))
         anchor = self._anchor(raw.get("anchor"), base)
+        if "refused" in raw and ("expect" in raw or "steps" in raw):
+            self.add(
+                (*base, "refused"),
+                "a case that expects its policy refused runs no tick, so it has no `expect` or `steps`",
+                prefer_key=True,
+            )
         state = self._state(raw.get("state"), (*base, "state"))
         steps: list[Step] = []
         raw_steps = raw.get("steps") or [{}]
@@ -345,6 +351,7 @@ class SuiteReader:
             state,
             tuple(steps),
             anchor,
+            tuple(raw["refused"]) if "refused" in raw else None,
         )
 
     def _anchor(self, raw: Mapping[str, Any] | None, base: JsonPath) -> Anchor | None:

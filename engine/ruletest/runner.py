@@ -15,6 +15,7 @@ from engine.model.facts import snapshot_from_dict
 from engine.resources import API_VERSION
 from engine.ruletest.check import Failure, check_tick
 from engine.ruletest.model import Anchor, Case, Suite
+from engine.ruletest.refused import check_refused
 from engine.tick import TickResult, run_tick
 
 
@@ -89,10 +90,19 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
         docs = load_documents(list(spec.paths), builtin=spec.builtin) + list(spec.overlay)
         policy = build_policy(docs, node)
     except PolicyError as exc:
-        result.status = "error"
-        result.problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
+        problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
+        if case.refused is not None:
+            result.failures = check_refused(case.refused, problems, case.location)
+            return _settled(result, case), ticks
+        # A policy qosd refuses is a failure of the case: a known one when the case is marked xfail
+        # (an anchor test that runs a configuration qosd's validation, like the anchor's own, refuses).
+        result.status = "error" if case.xfail is None else "xfail"
+        result.problems = problems
         return result, ticks
     result.rules = tuple(r.name for r in policy.rules)
+    if case.refused is not None:
+        result.failures = check_refused(case.refused, None, case.location)
+        return _settled(result, case), ticks
     engine = Engine(policy, backend=backend)
     state = case.state
     try:
@@ -107,12 +117,17 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
     finally:
         engine.backend.close()
     result.fired = frozenset(name for doc in ticks for name in doc["fired"])
+    return _settled(result, case), ticks
+
+
+def _settled(result: CaseResult, case: Case) -> CaseResult:
+    """The case's status from its failures and its xfail marker."""
     failed = bool(result.failures)
     if case.xfail is not None:
         result.status = "xfail" if failed else "xpass"
     else:
         result.status = "fail" if failed else "pass"
-    return result, ticks
+    return result
 
 
 def run(

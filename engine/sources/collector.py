@@ -385,8 +385,14 @@ class NodeCollector:
                     needs.add("cgroup_psi")
                 if c.spec.scope in ("pod", "container") and path == "cpu.throttled_ratio":
                     needs.add("throttling")
+        burst = policy.cfs_quota_burst
+        own: set[WindowSpec] = set()
+        if burst is not None:  # the CFS quota burst reads each container's usage and throttling
+            needs.update(("containers", "throttling"))
+            if burst.window:
+                own.add(WindowSpec("node", "cpu.usage_cores", "avg", burst.window))
         self._needs = frozenset(needs)
-        self._configure(windows_of(policy) | self.options.windows | frozenset(extra))
+        self._configure(windows_of(policy) | self.options.windows | frozenset(extra) | frozenset(own))
 
     def _configure(self, windows: frozenset[WindowSpec]) -> None:
         self.windows = windows

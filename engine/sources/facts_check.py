@@ -86,6 +86,7 @@ def semantic_problems(data: Mapping[str, Any], locate: Locate) -> list[Problem]:
     for field in ("capacity", "allocatable"):
         _amounts(node.get(field), ("node", field), locate, out)
     _workloads(data.get("workloads") or [], locate, out)
+    _host_apps(data.get("hostApplications") or [], locate, out)
     metrics = data.get("metrics") or {}
     for key in metrics.get("numa") or {}:
         if not str(key).isdigit():
@@ -206,6 +207,21 @@ def _workloads(items: list[Any], locate: Locate, out: list[Problem]) -> None:
             )
             if c.get("cgroupPath"):
                 _cgroup_path(c["cgroupPath"], (*cpath, "cgroupPath"), False, locate, out)
+
+
+def _host_apps(items: list[Any], locate: Locate, out: list[Problem]) -> None:
+    """Host applications are keyed by name (Koordinator's metrics are), and their usage is a
+    metric: bounded like every other one."""
+    names = _Seen(locate, out)
+    for i, a in enumerate(items):
+        path: JsonPath = ("hostApplications", i)
+        names.add(
+            a["name"],
+            (*path, "name"),
+            f"host application {a['name']!r} is listed twice",
+            "a name identifies one host application; give each its own",
+        )
+        _metric_values(a.get("usage"), (*path, "usage"), locate, out)
 
 
 def _amounts(raw: Any, base: JsonPath, locate: Locate, out: list[Problem]) -> None:

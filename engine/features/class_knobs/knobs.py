@@ -266,7 +266,9 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
     if isinstance(knob, str):
         return lambda _w, _n: knob
     if "shares" in knob:
-        shares = clamp_shares(int(knob["shares"]))
+        # Out of [2, 262144] raises OutOfRange for cpu.weight (validation refuses it first, located)
+        # and is written as given for cpu.shares, where the planner refuses it.
+        shares = int(knob["shares"])
         text = str(shares_to_weight(shares, formula) if file == "cpu.weight" else shares)
         return lambda _w, _n: text
     if "percent" in knob:

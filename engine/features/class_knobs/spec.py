@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from engine.cgroups.weight import WeightFormula
+from engine.cgroups.weight import WeightFormula, shares_problem, weight_problem
 from engine.config.errors import Checker
 from engine.config.load import JsonPath
 from engine.features.class_knobs.knobs import KnobFn, compile_knob
@@ -128,7 +128,7 @@ def check(c: Checker, p: JsonPath, params: Mapping[str, Any]) -> None:
 
 
 # Class knobs whose literal is written as given, by the file (in the v1 dialect; the adapter
-# translates) that receives it. shares and weight are share counts and weights that qosd clamps.
+# translates) that receives it. shares and weight are share counts and weights (checked below).
 CLASS_KNOB_FILES = {
     ("cpu", "cfsQuota"): "cpu.cfs_quota_us",
     ("cpu", "burst"): "cpu.cfs_burst_us",
@@ -164,6 +164,7 @@ def check_class_knobs(c: Checker, base: JsonPath, raw: Mapping[str, Any]) -> Non
     for key in ("shares", "weight"):
         if cpu.get(key) == "max":
             c.add((*base, "cpu", key), f'cpu.{key} cannot be "max"', "give a number, percent or expression")
+        _check_share_literal(c, (*base, "cpu", key), key, cpu.get(key))
     for section in ("cpu", "memory"):
         for key, knob in (raw.get(section) or {}).items():
             c.knob((*base, section, key), knob, CLASS_EXPR_FILES.get((section, key)), True)
@@ -175,3 +176,21 @@ def check_class_knobs(c: Checker, base: JsonPath, raw: Mapping[str, Any]) -> Non
         c.add((*base, "oomPriority"), f"oomPriority range [{lo}, {hi}) is empty")
     elif default is not None and ((lo is not None and default < lo) or (hi is not None and default >= hi)):
         c.add((*base, "oomPriority", "default"), f"oomPriority default {default} is outside [{lo}, {hi})")
+
+
+def _check_share_literal(c: Checker, path: JsonPath, key: str, value: Any) -> None:
+    """A literal share count or weight must be one the kernel accepts: it is converted to the other
+    file on the other cgroup version, and Koordinator refuses to convert shares 0 or weight 10001
+    rather than writing the nearest bound (engine/cgroups/weight.py)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if not float(value).is_integer():
+        c.add(path, f"cpu.{key} {value:g} is not a whole number", f"cgroup files take integer {key}")
+        return
+    bad = (shares_problem if key == "shares" else weight_problem)(int(value))
+    if bad:
+        hint = (
+            "cpu.shares takes 2 to 262144 (1024 per core); cpu.weight takes 1 to 10000 (100 is the "
+            "cgroup v2 default); qosd refuses, rather than clamps, a value outside them"
+        )
+        c.add(path, bad, hint)
