@@ -18,6 +18,7 @@ from engine.evaluate.classify import Classifier
 from engine.evaluate.context import Generation, Skipped, Step, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, MembersIndex, same_workloads
 from engine.evaluate.state import EngineState, Evicting
+from engine.features.class_knobs.current import carry_over
 from engine.features.class_knobs.step import ClassKnobStep, PodOomPriority
 from engine.features.eviction.step import PressureStep
 from engine.features.pools.step import PoolStep
@@ -126,6 +127,7 @@ class Engine:
             reports=dict(state.reports),
             pressure=state.pressure,
             published=state.published,
+            last_values=state.knob_values,
             evicting={
                 uid: rec
                 for uid, rec in state.evicting.items()
@@ -147,6 +149,8 @@ class Engine:
             reports=t.reports,
             pressure=t.pressure,
             published=t.published,
+            knob_values=carry_over(state.knob_values, t.knob_values, snap),
+            samples=timers.samples,
         )
         return Evaluation(
             now,
