@@ -684,7 +684,8 @@ VARIANTS = [
 LANGUAGE_OVERLAYS = [
     Path(__file__).resolve().parents[3] / "rules" / "examples" / name
     for name in ("stepped-cpu-throttle.yaml", "count-based-eviction.yaml")
-]
+] + [Path(__file__).resolve().parents[2] / "data" / "language-differential.yaml"]
+COUNTED = {"diff-counted-node", "diff-counted-pods"}  # they must fire, so the counts are exercised
 BATCH_KIND: tuple[dict[str, str], dict[str, str], str] = ({}, {"example.com/workload": "batch"}, "Burstable")
 
 
@@ -954,6 +955,8 @@ def test_differential_bundled_policies(variant: Variant) -> None:
         k for k, seen in variant.checked.outcomes.items() if k[0] in conditional and seen != {True, False}
     )
     assert not one_sided, f"the generator never made these conditions both true and false: {one_sided}"
+    if variant.name.endswith("+language"):
+        assert variant.fired >= COUNTED, f"sample-count rules that never fired: {COUNTED - variant.fired}"
     print(
         f"\n{variant.name}: {variant.snapshots} snapshots, {variant.checked.calls} condition calls, "
         f"{variant.ticks_with_intents} ticks with intents of conditional rules, fired {sorted(variant.fired)}, "
