@@ -275,6 +275,7 @@ def _literal(value: float) -> str:
 
 
 RELATIVE_KEYS = ("deadBandPercent", "maxGrowthPercent")
+MEMO_LIMIT = 8192  # cached results of one expression knob (pods x containers x current values)
 
 
 @cache
@@ -431,10 +432,29 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
         return percent_of
     expr = str(knob["expr"])
     expression = bounded_expression(expr)  # the limits of rule templates, per call
+    # An expression that does not read node facts gives the same text for the same pod object,
+    # container and current value: a steady state (a controller at its floor or limit) then costs a
+    # dict lookup per container instead of a sandboxed template call (~50 us idle, 200 us loaded).
+    # Sources reuse unchanged pod objects between ticks; the cache is dropped when it grows past
+    # MEMO_LIMIT (pods come and go) and with the generation that compiled it.
+    memo: dict[tuple[Any, ...], str | None] | None = None if "node" in expression_names(expr) else {}
 
     def evaluate(
         w: Workload | None, node: Mapping[str, Any], ctr: Container | None = None,
         current: float | None = None, /,
+    ) -> str | None:
+        if memo is None:
+            return compute(w, node, ctr, current)
+        key = (w, ctr.name if ctr is not None else None, current)
+        if key in memo:
+            return memo[key]
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        text = memo[key] = compute(w, node, ctr, current)
+        return text
+
+    def compute(
+        w: Workload | None, node: Mapping[str, Any], ctr: Container | None, current: float | None
     ) -> str | None:
         context: dict[str, Any] = {
             "node": dict(node),

@@ -134,7 +134,7 @@ class RuleStep:
         latched_rules = {k.split("|", 1)[0] for k in timers.latched}
         counted_rules = {k.split("|", 1)[0] for k in timers.samples} if timers.samples else set()
         calls: list[Call] = []
-        per_rule: list[tuple[ScopeItems, list[bool], list[bool] | None]] = []
+        per_rule: list[tuple[ScopeItems, list[bool], tuple[list[int], list[int], list[int]] | None]] = []
         for index, cr in enumerate(self.rules):
             items = views.items(cr.rule.scope)
             name = cr.rule.name
@@ -144,30 +144,40 @@ class RuleStep:
                 calls.append((index, "when", items.rows, False))
                 per_rule.append((items, flags, None))
                 continue
+            # At most three calls: the items not latched and the latched ones (hysteresis relaxes the
+            # latter's thresholds), then clearWhen for the items that ask it.
             flags = [item_key(name, key) in timers.latched for key in items.keys]
             asks = [item_key(name, key) in timers.samples for key in items.keys] if counted else flags
-            has_clear = cr.clear is not None
-            for row, latched, ask in zip(items.rows, flags, asks, strict=True):
-                calls.append((index, "when", (row,), latched))
-                if ask and has_clear:
-                    calls.append((index, "clear", (row,), False))
-            per_rule.append((items, flags, asks if has_clear else None))
+            rows = items.rows
+            open_ix = [i for i, f in enumerate(flags) if not f]
+            latched_ix = [i for i, f in enumerate(flags) if f]
+            asked = [i for i, a in enumerate(asks) if a] if cr.clear is not None else []
+            groups = ((open_ix, "when", False), (latched_ix, "when", True), (asked, "clear", False))
+            for group, which, latched in groups:
+                if group:
+                    calls.append((index, which, [rows[i] for i in group], latched))
+            per_rule.append((items, flags, (open_ix, latched_ix, asked)))
         answers = iter(self.backend.evaluate_many(views.node, classes, calls))
         out: list[Evaluated] = []
-        for index, (items, flags, asked) in enumerate(per_rule):
-            if asked is None:
+        for index, (items, flags, split) in enumerate(per_rule):
+            if split is None:
                 out.append((items, flags, list(islice(answers, len(flags))), None))
                 continue
+            open_ix, latched_ix, asked = split
+            held = [False] * len(flags)
+            for i in open_ix:
+                held[i] = next(answers)
+            for i in latched_ix:
+                held[i] = next(answers)
+            if not asked and self.rules[index].clear is None:
+                out.append((items, flags, held, None))
+                continue
+            cleared: list[bool | None] = [None] * len(flags)
             counting = self.rules[index].rule.samples is not None
-            held: list[bool] = []
-            cleared: list[bool | None] = []
-            for ask in asked:
-                h = next(answers)
-                c = next(answers) if ask else None
-                if c is not None and not counting:
-                    h = not c  # a latched item holds until clearWhen
-                held.append(h)
-                cleared.append(c)
+            for i in asked:
+                c = cleared[i] = next(answers)
+                if not counting:
+                    held[i] = not c  # a latched item holds until clearWhen
             out.append((items, flags, held, cleared))
         return out
 

@@ -9,6 +9,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 
@@ -22,20 +23,12 @@ from engine.model.intents import CgroupIntent
 from engine.plan.planner import Guards
 from engine.tick import TickResult, run_tick
 from tests.builders import GiB, policy, snapshot
+from tests.features.class_knobs.test_per_container import CLASSES
 from tests.realcgroup import Subtree, real_subtree, v1_layout
-
-CLASSES = """\
-defaultClass: ls
-classes:
-  - name: batch
-    match: [{labels: {tier: batch}}]
-  - name: ls
-    match: [{labels: {tier: ls}}]
-"""
 
 # Throttle by x0.9 per tick while the node is busy, floored at max(request, limit x 0.3); restore
 # by x1.1 once it is quiet, capped at the limit, never more than +10 % of the current value per
-# tick; a change within 2 % of the current value is not written.
+# tick; a change of the throttle within 2 % of the current value is not written.
 CONTROLLER = """\
 rules:
   - name: throttle
@@ -250,3 +243,33 @@ def test_the_controller_steps_from_what_the_kernel_holds(tree: Subtree) -> None:
     adapter.apply(result.plan.operations)
     assert tree.read("cpu", "pod/app", "cpu.cfs_quota_us") == "180000"
     assert result.state.knob_values == {f"{path}/cpu.cfs_quota_us": "180000"}
+
+
+def test_a_steady_controller_does_not_rerun_its_expression(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same pod object, container and current value give the same text: a controller at rest
+    costs a lookup, not a sandboxed template call. An expression that reads node is always run."""
+    from engine.features.class_knobs import knobs
+
+    calls: list[str] = []
+    real = knobs.bounded_expression
+
+    def counting(text: str) -> Any:
+        fn = real(text)
+
+        def run(**context: Any) -> Any:
+            calls.append(text)
+            return fn(**context)
+
+        return run
+
+    monkeypatch.setattr(knobs, "bounded_expression", counting)
+    pod = batch_pod()
+    ctr = pod.containers[0]
+    steady = knobs.compile_knob("cpu.cfs_quota_us", {"expr": "[(current or 4) * 0.9, 1.2] | max"})
+    assert [steady(pod, {}, ctr, 1.2) for _ in range(3)] == ["120000"] * 3
+    assert steady(pod, {}, ctr, 2.0) == "180000"
+    assert len(calls) == 2
+    calls.clear()
+    with_node = knobs.compile_knob("cpu.cfs_quota_us", {"expr": "node['cpu.allocatable_cores'] * 0.1"})
+    assert [with_node(pod, {"cpu.allocatable_cores": c}, ctr, None) for c in (10.0, 20.0)] == ["100000", "200000"]
+    assert len(calls) == 2
