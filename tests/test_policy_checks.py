@@ -267,7 +267,7 @@ CASES = [
         "bad knob expression",
         "classes:\n  - name: x\n    memory: {high: {expr: 'pod.requests.memory * factor'}}\n",
         "uses unknown name(s) factor",
-        "pod, container and node",
+        "pod, container, node and current",
         7,
         29,
     ),

@@ -157,8 +157,10 @@ class _Checker:
             self.add(path, str(exc))
             return default
 
-    def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
-        check_knob(self, path, knob, file, pods)
+    def knob(
+        self, path: JsonPath, knob: Any, file: str | None, pods: bool, *, containers: bool = False
+    ) -> None:
+        check_knob(self, path, knob, file, pods, containers=containers)
 
     def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
         return _check_cgroup_value(self, path, file, knob)
@@ -444,6 +446,17 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         )
     if clear is not None and when is None:
         c.add((*base, "clearWhen"), "clearWhen needs a when: it says when a fired rule stops")
+    samples = raw.get("samples")
+    if samples is not None and "for" in raw:
+        c.add(
+            (*base, "samples"),
+            "a rule takes either for or samples, not both",
+            "for needs the condition to hold without a break for a duration (one false tick starts "
+            "it again); samples counts ticks that met it and only resets after `clear` samples in a "
+            "row that did not",
+        )
+    if samples is not None and when is None:
+        c.add((*base, "samples"), "samples needs a when: it counts the ticks that meet it")
     actions_raw = raw.get("then")
     action_list = actions_raw if isinstance(actions_raw, list) else [actions_raw]
     actions: list[Action] = []
@@ -488,6 +501,7 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         actions=tuple(actions),
         scope=scope_of(when) if len(scopes) <= 1 else "node",
         origin=c.loc(base),
+        samples=(int(samples["fire"]), int(samples["clear"])) if samples is not None else None,
     )
 
 
@@ -528,6 +542,8 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> st
     so that it cannot fail every tick at write time. The text checked is the text written: the knob
     compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
     tick time. Returns the text when it is valid."""
+    if isinstance(knob, dict) and "sum" in knob:
+        return None  # the sum of the containers' values, each checked where it is given
     if isinstance(knob, dict) and ("percent" in knob or "expr" in knob):
         fmt = VALUE_FORMATS.get(file)
         if "percent" in knob and fmt is not None and not fmt.amount:

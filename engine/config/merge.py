@@ -139,7 +139,7 @@ def _copy(value: Any) -> Any:
 
 
 UNION_KEYS = frozenset({"when", "clearWhen", "from", "cpus", "target"})
-KNOB_PARENTS = frozenset({"cpu", "memory", "values"})
+KNOB_PARENTS = frozenset({"cpu", "memory", "values", "containers"})
 
 
 def atomic(path: JsonPath, current: Any, value: Any) -> bool:

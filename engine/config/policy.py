@@ -244,6 +244,7 @@ class Rule:
     actions: tuple[Action, ...]
     scope: str
     origin: Location
+    samples: tuple[int, int] | None = None  # (fire, clear): a count trigger instead of ``for``
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from engine.evaluate.classify import Classifier
 from engine.evaluate.context import Generation, Skipped, Step, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, MembersIndex, same_workloads
 from engine.evaluate.state import EngineState, Evicting
+from engine.features.class_knobs.current import carry_over
 from engine.features.class_knobs.step import ClassKnobStep, PodOomPriority
 from engine.features.cpu_burst.step import CfsQuotaBurstStep
 from engine.features.eviction.step import PressureStep
@@ -131,6 +132,7 @@ class Engine:
             pressure=state.pressure,
             published=state.published,
             burst=dict(state.burst),
+            last_values=state.knob_values,
             evicting={
                 uid: rec
                 for uid, rec in state.evicting.items()
@@ -153,6 +155,8 @@ class Engine:
             pressure=t.pressure,
             published=t.published,
             burst=t.burst,
+            knob_values=carry_over(state.knob_values, t.knob_values, snap),
+            samples=timers.samples,
         )
         return Evaluation(
             now,

@@ -118,6 +118,10 @@ class EngineState:
     pressure: PressureState = NO_PRESSURE  # counters and timers of the engine-computed triggers
     published: Published = NOTHING_PUBLISHED  # what the node update gate last let through
     burst: Mapping[str, Bucket] = field(default_factory=dict)  # container -> CFS quota burst bucket
+    # "<cgroup path>/<file>" -> the text last computed by a knob that reads `current`
+    # (engine/features/class_knobs/current.py says why read-back wins over it)
+    knob_values: Mapping[str, str] = field(default_factory=dict)
+    samples: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # rule|item -> (met, toward clear)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -135,6 +139,10 @@ class EngineState:
             out["published"] = self.published.to_dict()
         if self.burst:
             out["burst"] = {k: v.to_dict() for k, v in self.burst.items()}
+        if self.knob_values:
+            out["knobValues"] = dict(self.knob_values)
+        if self.samples:
+            out["samples"] = {k: list(v) for k, v in self.samples.items()}
         return out
 
     @classmethod
@@ -152,6 +160,8 @@ class EngineState:
             pressure=PressureState.from_dict(data.get("pressure") or {}),
             published=Published.from_dict(data.get("published") or {}),
             burst={str(k): Bucket.from_dict(v) for k, v in (data.get("burst") or {}).items()},
+            knob_values={str(k): str(v) for k, v in (data.get("knobValues") or {}).items()},
+            samples={str(k): (int(v[0]), int(v[1])) for k, v in (data.get("samples") or {}).items()},
         )
 
 

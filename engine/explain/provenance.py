@@ -84,4 +84,11 @@ def rule_ref(p: Mapping[str, Any]) -> str:
     elif item is not None:
         scope = scope_of(p.get("conditions") or ())
         text += {"numa": f" on NUMA node {item}", "pod": f" for pod {item}"}.get(scope, f" for {item}")
+    counted = (p.get("inputs") or {}).get("samples")
+    if isinstance(counted, Mapping):
+        # A sample-count rule fires on its count, not on this tick's comparisons alone.
+        text += (
+            f", after {counted.get('met')} of {counted.get('fire')} samples met"
+            f" ({counted.get('towardClear')} of {counted.get('clear')} in a row toward clearing)"
+        )
     return text
