@@ -14,6 +14,8 @@ from typing import Any
 from engine.config.policy import Effects
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
+from engine.features.eviction import allocatable
+from engine.features.eviction.allocatable_spec import RequestOverAllocatable
 from engine.features.eviction.pool_load import HARD, pod_history
 from engine.features.eviction.pressure import (
     MEMORY_ENHANCEMENT,
@@ -65,7 +67,8 @@ def evict(ctx: ActionContext) -> bool:
     audit = rule.mode == "audit"
     trigger_spec = spec.trigger
     limit_values = [v for v in (spec.max_per_round, rule.per_round) if v is not None]
-    has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction)
+    # These triggers set the release target themselves.
+    has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction | RequestOverAllocatable)
     # A soft rule nominates every pod that qualifies; the soft round keeps one of all of them.
     unbounded = has_target or spec.soft
     limit = min(limit_values) if limit_values else (math.inf if unbounded else 1)
@@ -282,6 +285,12 @@ def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence
         return _overcommit(ctx, spec, eligible_pool)
     if isinstance(spec, PoolLoad):
         return _pool_load(ctx, eligible_pool)
+    if isinstance(spec, RequestOverAllocatable):
+        # The check guarantees maxPriority; the sum covers every pod of the band, opted in or not.
+        published = ctx.snap.allocatable.get(spec.extended)
+        return allocatable.trigger(
+            spec, ctx.snap.workloads, eligible_pool, published, victims.max_priority or 0
+        )
     return _satisfaction(ctx, victims, spec, [c.workload for c in eligible_pool])
 
 
