@@ -21,7 +21,8 @@ from engine.evaluate.factview import FactViews, MembersIndex
 from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
 from engine.features.eviction.strategy import Round
 from engine.features.pools.strategy import PoolPlan
-from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
+from engine.features.reclaim.report import ReportHistory
+from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.features.rules.compiler import CompiledRule, observe
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance

@@ -18,7 +18,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
+from engine.features.reclaim.report import ReportHistory
+from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.resources import data_dir
 
 EMPTY_F: Mapping[str, float] = MappingProxyType({})

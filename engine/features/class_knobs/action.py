@@ -32,6 +32,8 @@ def set_cgroup(ctx: ActionContext) -> bool:
         return False
     wrote = False
     node = ctx.views.node
+    declared = ctx.env.policy.cgroup_files
+    formats = declared.formats
     for path, workload in paths:
         values: dict[str, str] = {}  # file -> the value as the knob gave it
         for file, knob in spec.knobs:
@@ -42,7 +44,7 @@ def set_cgroup(ctx: ActionContext) -> bool:
                 continue
             if value is None:
                 continue
-            bad = value_problem(file, value.strip(), ctx.snap.node)
+            bad = value_problem(file, value.strip(), ctx.snap.node, formats)
             if bad:  # an expression's result; literal values were checked at validation
                 ctx.skip(f"{path}/{file}: {bad}")
                 continue
@@ -53,8 +55,10 @@ def set_cgroup(ctx: ActionContext) -> bool:
             ctx.skip(f"{path}/{burst_file}: {bad}")
             del values[burst_file]
         for file, value in values.items():
+            # a declared file under its name on this node's cgroup version (built-in names pass)
+            host = declared.host(file, ctx.snap.cgroup_version)
             ctx.tick.intents.append(
-                CgroupIntent(path, file, value, workload.key if workload else None, provenance)
+                CgroupIntent(path, host, value, workload.key if workload else None, provenance)
             )
             wrote = True
     return wrote or asked
