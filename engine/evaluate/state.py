@@ -19,7 +19,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from engine.features.cpu_burst.limiter import Bucket
-from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
+from engine.features.reclaim.report import ReportHistory
+from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.resources import data_dir
 
 EMPTY_F: Mapping[str, float] = MappingProxyType({})

@@ -104,6 +104,8 @@ class Workload:
     containers: tuple[Container, ...] = ()
     # spec.terminationGracePeriodSeconds: what an eviction asking for "the pod's own" grace gets
     termination_grace_seconds: int | None = None
+    # status.startTime in seconds since the epoch (None: unknown); the fact pod.start_time_seconds
+    start_time: float | None = None
 
     @cached_property
     def key(self) -> str:
@@ -322,6 +324,7 @@ def _workload(w: Mapping[str, Any]) -> Workload:
         terminating=bool(w.get("terminating", False)),
         cgroup_path=str(w.get("cgroupPath", "")),
         termination_grace_seconds=w.get("terminationGracePeriodSeconds"),
+        start_time=float(w["startTime"]) if w.get("startTime") is not None else None,
         containers=tuple(
             Container(
                 name=str(c["name"]),

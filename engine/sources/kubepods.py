@@ -32,6 +32,7 @@ from typing import Any
 from kubernetes import client
 
 from engine.cgroups.paths import Driver, container_path, pod_path
+from engine.kube.apicall import parse_time
 from engine.kube.objects import resource_list, str_map
 from engine.kube.reflector import Reflector, resource_version_of
 from engine.model.facts import Container, Workload
@@ -189,6 +190,7 @@ def workload_from_pod(pod: Mapping[str, Any], driver: Driver, problems: list[str
         cgroup_path=cgroup,
         containers=tuple(containers),
         termination_grace_seconds=grace if isinstance(grace, int) and not isinstance(grace, bool) else None,
+        start_time=parse_time(status.get("startTime")),
     )
 
 
