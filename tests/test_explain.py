@@ -13,7 +13,7 @@ import yaml
 
 from engine.cli import main as cli_main
 from engine.explain.options import main
-from engine.explain.units import human_bytes, num
+from engine.model.units import human_bytes, num
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = ROOT / "examples" / "snapshots"

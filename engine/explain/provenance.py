@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.explain.units import fact_unit, num, with_unit
+from engine.model.intents import step_description
+from engine.model.units import fact_unit, num, with_unit
 
 OP_WORDS = {
     "eq": "=",
@@ -25,6 +26,8 @@ def observation_text(o: Mapping[str, Any]) -> str:
     ``... = 9, not >= 15``."""
     fact = str(o.get("fact"))
     unit = fact_unit(fact)
+    if unit == "percent":
+        unit = ""  # the fact's name already ends in _percent
     window = o.get("window")
     label = fact if window is None else f"{fact} ({o.get('agg', 'last')} over {num(window)}s)"
     op = str(o.get("op"))
@@ -40,6 +43,8 @@ def observation_text(o: Mapping[str, Any]) -> str:
     )
     relation = f"{OP_WORDS.get(op, op)} {shown}"
     observed = with_unit(o.get("observed"), unit)
+    if op == "eq" and o.get("met"):
+        return f"{label} = {observed}"  # not "= eviction = eviction"
     return f"{label} = {observed} {relation}" if o.get("met") else f"{label} = {observed}, not {relation}"
 
 
@@ -73,9 +78,18 @@ def rule_ref(p: Mapping[str, Any]) -> str:
     where = f"{p.get('source')}, policy {short_hash(policy.get('hash'))}"
     if policy.get("generation"):
         where += f" generation {policy.get('generation')}"
-    text = f"rule {p.get('rule')} ({where})"
+    step = step_description(str(p.get("rule")))
+    text = f"{step if step is not None else 'rule ' + str(p.get('rule'))} ({where})"
     item = p.get("item")
     if item is not None:
         scope = scope_of(p.get("conditions") or ())
         text += {"numa": f" on NUMA node {item}", "pod": f" for pod {item}"}.get(scope, f" for {item}")
     return text
+
+
+def because(p: Mapping[str, Any]) -> str:
+    """``because rule R (where) saw ...``; a step's decision is ``because the CPU pool step of
+    spec.pools (where) for shop/web keeps it so on every tick`` (steps have no conditions)."""
+    if step_description(str(p.get("rule"))) is not None and not p.get("conditions"):
+        return f"because {rule_ref(p)} keeps it so on every tick"
+    return f"because {rule_ref(p)} {conditions_text(p.get('conditions') or ())}"

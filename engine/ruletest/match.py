@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.errors import short
-from engine.explain.units import human_bytes
+from engine.model.units import human_bytes
 from engine.model.units import parse_quantity
 
 OPERATORS = frozenset(
