@@ -397,7 +397,9 @@ def live(load: Load, out: Any = sys.stdout, repeats: int = 3) -> int:
             shift = r % len(SCENARIOS)
             for name, probe_on, batch_on, managed in SCENARIOS[shift:] + SCENARIOS[:shift]:
                 print(f"  round {r + 1}/{repeats}: {name} ...", file=out, flush=True)
-                runs[name].append(run(cg, name, load, with_probe=probe_on, with_batch=batch_on, managed=managed))
+                runs[name].append(
+                    run(cg, name, load, with_probe=probe_on, with_batch=batch_on, managed=managed)
+                )
     finally:
         cg.remove()
     report(runs, out)
@@ -415,7 +417,7 @@ def _load_text() -> str:
 def report(runs: dict[str, list[Run]], out: Any) -> None:
     """The decisions of the first managed run, a table of medians with their spread, the verdict."""
     names = [name for name, *_ in SCENARIOS]
-    alone_runs, unmanaged_runs, managed_runs = (runs[n] for n in names)
+    alone_runs, managed_runs = runs[names[0]], runs[names[2]]
     managed_decisions = next((r.decisions for r in managed_runs if r.decisions), ())
     print("\nWhat qosd decided (bundled default policy, standalone mode):", file=out)
     for d in managed_decisions or ("nothing to change",):
@@ -444,13 +446,10 @@ def report(runs: dict[str, list[Run]], out: Any) -> None:
             file=out,
         )
     print(
-        "\n"
-        + verdict(Spread(tuple(alone)), ratios[names[1]], ratios[names[2]], _load_text()),
+        "\n" + verdict(Spread(tuple(alone)), ratios[names[1]], ratios[names[2]], _load_text()),
         file=out,
     )
-    print(
-        "The recorded benchmark with targets: python -m bench.colocation.run (bench/RESULTS.md).", file=out
-    )
+    print("The recorded benchmark with targets: python -m bench.colocation.run (bench/RESULTS.md).", file=out)
 
 
 def simulated(reason: str, out: Any = sys.stdout) -> int:
@@ -524,7 +523,7 @@ def risk_note(sim: Any) -> str:
             text += (
                 f" This policy's memory evictions never fired ({reads}): they act on the kernel's "
                 "memory-pressure signals (zone watermarks, PSI), which the simulated node does not "
-                "produce (docs/simulate.md, \"Not modelled\"); on a node they evict batch pods as "
+                'produce (docs/simulate.md, "Not modelled"); on a node they evict batch pods as '
                 "memory runs short. A rule on usage acts in the simulation too: compare "
                 "`qosd simulate --trace examples/traces/tidal-day.yaml --profile koordinator`."
             )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.explain.provenance import observation_text
-from engine.model.intents import EvictIntent, NodeIntent, step_description
+from engine.model.intents import CgroupIntent, EvictIntent, NodeIntent, step_description
 from engine.model.operations import PublishNodeResource, WriteCgroup
 from engine.model.units import human_bytes, num, resource_amount, with_unit
 from engine.tick import TickResult
@@ -50,7 +50,8 @@ def _operation(op: Any) -> str:
     text = ", ".join(f"{k}={v}" for k, v in fields.items())
     if isinstance(op, PublishNodeResource) and op.quantity is not None and op.quantity.isdigit():
         text = text.replace(
-            f"quantity={op.quantity}", f"quantity={op.quantity} ({resource_amount(float(op.quantity), op.name)})"
+            f"quantity={op.quantity}",
+            f"quantity={op.quantity} ({resource_amount(float(op.quantity), op.name)})",
         )
     elif isinstance(op, WriteCgroup) and op.file in BYTE_FILES:
         text = text.replace(f"value={op.value}", f"value={_cgroup_value(op.file, op.value)}")
@@ -93,3 +94,93 @@ def format_table(result: TickResult) -> str:
             note = " (ignored)" if value == -300 else ""
             lines.append(f"  {value}{note} {cls}, {source}: {', '.join(pods)}")
     return "\n".join(lines) + "\n"
+
+
+def _intent_of(op: Any, intents: Any) -> Any:
+    """The intent an operation was planned from (the same rule and target)."""
+    rule = getattr(op, "rule", None)
+    for i in intents:
+        if i.provenance.rule != rule:
+            continue
+        if isinstance(op, WriteCgroup) and (getattr(i, "path", None), getattr(i, "file", None)) == (
+            op.path,
+            op.file,
+        ):
+            return i
+        if isinstance(i, EvictIntent) and getattr(op, "uid", None) == i.uid:
+            return i
+        if (
+            isinstance(op, PublishNodeResource)
+            and isinstance(i, NodeIntent)
+            and i.params.get("resource") == op.name
+        ):
+            return i
+        if not isinstance(op, WriteCgroup | PublishNodeResource) and not isinstance(
+            i, EvictIntent | CgroupIntent
+        ):
+            return i
+    return None
+
+
+VERBS = {
+    "writeCgroup": "write",
+    "evictPod": "evict",
+    "publishNodeResource": "publish",
+    "setNodeTaint": "taint",
+    "setNodeCondition": "set condition",
+    "emitEvent": "emit event",
+}
+
+
+def format_plan(result: TickResult) -> str:
+    """``qosd run --once --dry-run``: what the tick would do, an operation a line with its reason,
+    then what the guards would hold back and what was skipped. Nothing of it was executed."""
+    ev, plan = result.evaluation, result.plan
+    ops = plan.operations
+    lines = [
+        f"Plan of one tick (dry run: nothing written, evicted or published), policy {ev.policy_hash[:12]} "
+        f"generation {ev.generation}: {len(ops)} operation(s), {len(plan.held)} held, "
+        f"{len(ev.skipped)} skipped."
+    ]
+    for op in ops:
+        verb = VERBS.get(op.kind, op.kind)
+        if isinstance(op, WriteCgroup):
+            what = f"{op.path}/{op.file} = {_cgroup_value(op.file, op.value)}"
+        elif isinstance(op, PublishNodeResource):
+            amount = (
+                ""
+                if op.quantity is None or not op.quantity.isdigit()
+                else f" ({resource_amount(float(op.quantity), op.name)})"
+            )
+            what = f"{op.name} = {op.quantity if op.quantity is not None else 'withdrawn'}{amount}"
+        else:
+            what = _operation(op).split(": ", 1)[1]
+            if hasattr(op, "namespace") and hasattr(op, "name"):
+                what = f"{op.namespace}/{op.name}"
+        lines.append(f"  would {verb:<8} {what}  ({_plan_why(op, _intent_of(op, ev.intents))})")
+    for h in plan.held:
+        lines.append(f"  held     {h.intent.kind} {h.intent.target} ({h.intent.provenance.rule}): {h.reason}")
+    for s in ev.skipped:
+        lines.append(f"  skipped {_attributed(s.rule)}: {s.reason}")
+    if not ops and not plan.held:
+        lines.append("  nothing to do: every value qosd manages already holds what the policy wants")
+    return "\n".join(lines) + "\n"
+
+
+def _plan_why(op: Any, intent: Any) -> str:
+    """Who asked for an operation and why: a rule with the comparisons that held (and, for an
+    eviction, its rank and release; for a publish, its formula), or an engine step and where the
+    class or pool it applies is written."""
+    by = str(getattr(op, "rule", ""))
+    step = step_description(by)
+    if intent is None:
+        return step if step is not None else f"rule {by}"
+    if step is not None:
+        return f"{step}, {intent.provenance.source}"
+    met = [observation_text(o.to_dict()) for o in intent.provenance.conditions if o.met]
+    parts = ["; ".join(met)] if met else []
+    if isinstance(intent, NodeIntent) and intent.kind == "publish":
+        parts.append(f"formula {intent.params.get('formula')}")
+    elif isinstance(intent, EvictIntent):
+        parts.append(_why(intent).split("; ")[-1])
+    return f"rule {by}" + (f": {'; '.join(parts)}" if parts else "")

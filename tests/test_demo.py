@@ -76,9 +76,24 @@ S = Spread
     ("alone", "unmanaged", "managed", "said"),
     [
         ((100.0,), (2.0,), (1.0,), "One round only"),
-        ((100.0, 160.0, 110.0), (2.0, 2.1, 2.2), (1.0, 1.0, 1.1), "too noisy to conclude: the probe alone varied by 60%"),
-        ((100.0, 110.0, 105.0), (2.0, 2.1, 2.4), (1.0, 1.05, 1.1), "qosd kept the probe's p99 lower in every round"),
-        ((100.0, 110.0, 105.0), (0.9, 1.0, 1.1), (2.0, 2.3, 2.4), "qosd made the probe's p99 worse in every round"),
+        (
+            (100.0, 160.0, 110.0),
+            (2.0, 2.1, 2.2),
+            (1.0, 1.0, 1.1),
+            "too noisy to conclude: the probe alone varied by 60%",
+        ),
+        (
+            (100.0, 110.0, 105.0),
+            (2.0, 2.1, 2.4),
+            (1.0, 1.05, 1.1),
+            "qosd kept the probe's p99 lower in every round",
+        ),
+        (
+            (100.0, 110.0, 105.0),
+            (0.9, 1.0, 1.1),
+            (2.0, 2.3, 2.4),
+            "qosd made the probe's p99 worse in every round",
+        ),
         ((100.0, 110.0, 105.0), (0.97, 1.5, 2.0), (0.9, 1.2, 2.35), "The rounds overlap"),
     ],
 )

@@ -46,7 +46,9 @@ def table(capsys: pytest.CaptureFixture[str], snapshot: str) -> str:
         ),
     ],
 )
-def test_eval_table_in_humane_units(capsys: pytest.CaptureFixture[str], snapshot: str, lines: list[str]) -> None:
+def test_eval_table_in_humane_units(
+    capsys: pytest.CaptureFixture[str], snapshot: str, lines: list[str]
+) -> None:
     out = table(capsys, snapshot)
     for expected in lines:
         assert expected in out, out

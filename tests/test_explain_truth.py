@@ -55,7 +55,9 @@ def _audit(doc: dict[str, Any], status_of: dict[str, tuple[str, str]], path: Pat
     return path
 
 
-def test_refused_operations_say_so_with_the_reason(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_refused_operations_say_so_with_the_reason(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """Standalone mode refuses publishing (no Kubernetes API): the record's sentences say "Did not
     publish ... Not done (skipped: ...)", never "Published"; a failed cgroup write is "Did not write"."""
     doc = eval_doc(capsys, "--facts", str(SNAPSHOTS / "memory-pressure.yaml"))

@@ -37,10 +37,15 @@ spec:
 def timeline(out: str) -> list[tuple[str, str, str]]:
     """(clock, kind, detail) of every timeline line of the text output."""
     body = out.split("TIME      EVENT    DETAIL\n", 1)[1].split("\n\nSUMMARY", 1)[0]
-    return [(line[:9].strip(), line[10:].split(" ", 1)[0], line[10:].split(" ", 1)[1].strip()) for line in body.splitlines()]
+    return [
+        (line[:9].strip(), line[10:].split(" ", 1)[0], line[10:].split(" ", 1)[1].strip())
+        for line in body.splitlines()
+    ]
 
 
-def test_the_shipped_day_timeline_is_changes_and_the_summary_agrees(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_shipped_day_timeline_is_changes_and_the_summary_agrees(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert cli_main(["simulate", "--trace", str(DAY)]) == 0
     out = capsys.readouterr().out
     lines = timeline(out)
@@ -51,7 +56,9 @@ def test_the_shipped_day_timeline_is_changes_and_the_summary_agrees(capsys: pyte
     assert len(lines) < 100, kinds
     summary = out.split("SUMMARY", 1)[1]
     assert "no suppress strategy" not in out and "0 performed" not in out
-    m = re.search(r"be-cpu-suppress: fired on (\d+) tick\(s\) in (\d+) episode\(s\); (\d+) writeCgroup", summary)
+    m = re.search(
+        r"be-cpu-suppress: fired on (\d+) tick\(s\) in (\d+) episode\(s\); (\d+) writeCgroup", summary
+    )
     assert m is not None, summary
     assert int(m.group(1)) == 1440 and int(m.group(2)) == len(fired)
     # The performed lines of be-cpu-suppress add up to the writes the summary counts for it.
@@ -59,14 +66,18 @@ def test_the_shipped_day_timeline_is_changes_and_the_summary_agrees(capsys: pyte
     for _, kind, detail in lines:
         if kind == "performed" and detail.startswith("be-cpu-suppress performed"):
             again = re.search(r"\((\d+) operations in all", detail)
-            total += int(again.group(1)) if again else int(re.search(r"performed (\d+) cgroup", detail).group(1))  # type: ignore[union-attr]
+            total += (
+                int(again.group(1)) if again else int(re.search(r"performed (\d+) cgroup", detail).group(1))
+            )  # type: ignore[union-attr]
     assert total == int(m.group(3)) > 0
     writes = re.search(r"suppressions\s+be-cpu-suppress fired on 1440 ticks and wrote (\d+) cgroup", summary)
     assert writes is not None and int(writes.group(1)) == total
     cgroup_writes = re.search(r"cgroup writes\s+(\d+)", summary)
     assert cgroup_writes is not None and int(cgroup_writes.group(1)) == total  # the only writer here
     # Every eviction is its own evict line, as many as the summary counts.
-    evicted = sum(len(d.split(" evicted ", 1)[1].split(";")[0].split(", ")) for _, k, d in lines if k == "evict")
+    evicted = sum(
+        len(d.split(" evicted ", 1)[1].split(";")[0].split(", ")) for _, k, d in lines if k == "evict"
+    )
     ev_total = re.search(r"evictions\s+(\d+) \(", summary)
     assert ev_total is not None and int(ev_total.group(1)) == evicted == 3
 
@@ -83,14 +94,18 @@ def test_counts_agree_in_the_simulation_document() -> None:
         if rule != "publish-batch-resources":  # publish rules report through publish lines
             assert len(edges) == counts["episodes"], rule
     sup = sim.summary["suppressions"]
-    assert sup["writes"] == rules["be-cpu-suppress"]["operations"]["writeCgroup"] == sim.summary["cgroupWrites"]
+    assert (
+        sup["writes"] == rules["be-cpu-suppress"]["operations"]["writeCgroup"] == sim.summary["cgroupWrites"]
+    )
     allowed = [n.batch_cpu_allowed for n in sim.numbers]
     assert min(allowed) == sup["batchCpuAllowedCores"]["min"] < 32
     # batch CPU never exceeds what suppression allowed (the model holds it there)
     assert all(n.batch_cpu <= n.batch_cpu_allowed + 1e-9 for n in sim.numbers)
 
 
-def test_admit_evict_admit_again_is_a_summary_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_admit_evict_admit_again_is_a_summary_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An overlay that evicts BE pods at 60% memory beside reclaim that publishes up to 65%: the
     scheduler admits what the eviction removes, again and again; the summary says so and the
     timeline has an admit line for each turn."""

@@ -112,7 +112,12 @@ def _common(
 
 
 def _config(
-    args: argparse.Namespace, interval: float, labels: Mapping[str, str], watch: bool
+    args: argparse.Namespace,
+    interval: float,
+    labels: Mapping[str, str],
+    watch: bool,
+    mode: str,
+    describe: Mapping[str, Any],
 ) -> DaemonConfig:
     return DaemonConfig(
         rules=tuple(args.rules),
@@ -125,9 +130,14 @@ def _config(
         backend=args.backend,
         state_file=_state_file(args.state_file),
         audit_log=_audit_file(args.audit_log),
+        audit_max_bytes=int(args.audit_log_max_bytes),
+        audit_keep=args.audit_log_keep,
         listen=args.listen or None,
         stat_files=not watch,
         sync_timeout=args.sync_timeout,
+        print_plan=args.once and args.dry_run,
+        mode=mode,
+        describe={"cgroupRoot": str(args.cgroup_root), **describe},
     )
 
 
@@ -184,7 +194,12 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
             finishing=(evictions,),
         )
     watch = _watch_files(args)
-    daemon = Daemon(_config(args, interval, labels, watch), CollectorSource(collector, adapter), executor)
+    found = collector.source
+    describe: dict[str, Any] = {"workloadsFile": str(args.workloads) if args.workloads else None}
+    if isinstance(found, StandaloneSource):
+        describe.update(roots=list(found.config.effective_roots), discoveryBase=found.base)
+    config = _config(args, interval, labels, watch, "standalone", describe)
+    daemon = Daemon(config, CollectorSource(collector, adapter), executor)
     if watch:
         _file_watcher(args, daemon)
     return daemon
@@ -250,7 +265,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         )
     watch = _watch_files(args)
     daemon = Daemon(
-        _config(args, interval, labels, watch),
+        _config(args, interval, labels, watch, "kubernetes", {"node": node_name, "cgroupDriver": driver}),
         CollectorSource(collector, adapter),
         executor,
         policies=policies,

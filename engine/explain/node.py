@@ -32,7 +32,10 @@ def _phrase(intent: Mapping[str, Any]) -> tuple[str, str]:
         if intent.get("value") is None:
             return "withdraw", f"{resource} ({intent.get('formula')})"
         unit = str(intent.get("unit") or "")
-        return "publish", f"{resource} = {with_unit(intent.get('value'), unit)} (formula {intent.get('formula')})"
+        return (
+            "publish",
+            f"{resource} = {with_unit(intent.get('value'), unit)} (formula {intent.get('formula')})",
+        )
     params = {k: v for k, v in intent.items() if k not in ("kind", "target", "provenance")}
     shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in params.items())
     return "apply", f"{kind} to {intent.get('target')}" + (f" ({shown})" if shown else "")
@@ -65,7 +68,9 @@ def explain_node_intent(
         inputs = p.get("inputs") or {}
         if inputs:
             unit = str(intent.get("unit") or "")
-            why += "; inputs: " + ", ".join(f"{k} {with_unit(v, key_unit(k, unit))}" for k, v in inputs.items())
+            why += "; inputs: " + ", ".join(
+                f"{k} {with_unit(v, key_unit(k, unit))}" for k, v in inputs.items()
+            )
     text = f"{what} {why}."
     if held is not None:
         text += f" Held: {held}."

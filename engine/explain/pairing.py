@@ -67,9 +67,12 @@ def intent_result(doc: Mapping[str, Any], intent: Mapping[str, Any]) -> Mapping[
     rule = (intent.get("provenance") or {}).get("rule")
     for r in doc.get("results") or ():
         op = r.get("operation") or {}
-        if op.get("kind") == op_kind and op.get("rule") == rule:
-            if all(op.get(o) == intent.get(i) for i, o in fields if intent.get(i) is not None):
-                return r
+        if (
+            op.get("kind") == op_kind
+            and op.get("rule") == rule
+            and all(op.get(o) == intent.get(i) for i, o in fields if intent.get(i) is not None)
+        ):
+            return r
     return None
 
 

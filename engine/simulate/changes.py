@@ -4,7 +4,8 @@ A rule that fires on every tick of a day is one "fired" line and, if it ever sto
 line, not 1,440 lines. What the rule made happen is a "performed" line per run of ticks with
 operations (a run ends after ``gap`` seconds without one, 30 minutes by default, so a controller
 such as suppress that adjusts a cpuset every few minutes reads as one line per busy stretch; the
-line then says how many ticks and operations it covered and the last value written), and an "evict" line per tick with evictions.
+line then says how many ticks and operations it covered and the last value written), and an
+"evict" line per tick with evictions.
 The counts the summary prints are the ones kept here, so the two cannot disagree.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -344,15 +345,15 @@ class SimulatedNode:
         writes them), or None when nothing limits them. Batch pods live under one kube-QoS directory
         per template (``kubepods/besteffort`` for BestEffort ones); the tightest limit of those counts."""
         limits = []
-        parents = {p.workload.cgroup_path.rsplit("/", 1)[0] for p in self.running.values() if p.workload.cgroup_path}
+        parents = {
+            p.workload.cgroup_path.rsplit("/", 1)[0] for p in self.running.values() if p.workload.cgroup_path
+        }
         for parent in parents:
             files = self.cgroups.get(parent, {})
             cpus = files.get("cpuset.cpus")
             if cpus:
-                try:
+                with contextlib.suppress(UnitError):  # a garbled value limits nothing
                     limits.append(float(len(parse_cpuset(cpus))))
-                except UnitError:
-                    pass
             quota = files.get("cpu.cfs_quota_us")
             if quota and quota.lstrip("-").isdigit() and int(quota) > 0:
                 period = int(files.get("cpu.cfs_period_us") or 100000) or 100000

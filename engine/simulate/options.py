@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from engine.argtypes import duration, integer, number, percent, profile, quantity
+from engine.argtypes import add_tick_flags, duration, integer, number, percent, profile, quantity
 from engine.config.pipeline import PROFILE_LABEL
 from engine.simulate.command import PROGRESS_MIN_STEPS, cmd_simulate, cmd_trace_generate, cmd_trace_validate
 from engine.sources.trace import (
@@ -42,14 +42,7 @@ def add_parser(sub: Any) -> None:
     s.add_argument(
         "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
     )
-    s.add_argument("--backend", choices=("python", "durable"), default="python")
-    s.add_argument("--dry-run", action="store_true", help="plan no operations (nothing is published either)")
-    s.add_argument(
-        "--eviction-burst",
-        type=integer(0, 10000),
-        default=3,
-        help="evictions per tick across all rules (default 3)",
-    )
+    add_tick_flags(s, "plan no operations (nothing is published either)")
     s.add_argument(
         "--risk-cpu",
         type=percent,

@@ -184,13 +184,14 @@ class Recorder:
     def _readmissions(self, now: float, off: float, node: SimulatedNode) -> None:
         """A batch pod started from the requeue re-admits work an eviction removed: one turn of an
         admit-evict-admit loop, said on the timeline where it happens."""
+        start = self.trace.start
         for template, evicted_at, _ in node.readmissions[self.readmitted_seen :]:
             self._event(
                 now,
                 off,
                 "admit",
-                f"{template}: a pod admitted again {duration_text(max(off - (evicted_at - self.trace.start), 0))} "
-                f"after one was evicted at {clock_text(evicted_at - self.trace.start)} (admit, evict, admit again)",
+                f"{template}: a pod admitted again {duration_text(max(off - (evicted_at - start), 0))} after "
+                f"one was evicted at {clock_text(evicted_at - start)} (admit, evict, admit again)",
             )
         self.readmitted_seen = len(node.readmissions)
 
@@ -322,12 +323,14 @@ class Recorder:
         self.events.sort(key=lambda e: e.offset)  # stable: same-tick events keep their order
         return self.events
 
-    def summary(self, runtime: float, readmissions: Sequence[tuple[str, float, float]] = ()) -> dict[str, Any]:
+    def summary(
+        self, runtime: float, readmissions: Sequence[tuple[str, float, float]] = ()
+    ) -> dict[str, Any]:
         return summarize(self, runtime, readmissions)
 
 
 def _why(intents: Sequence[Any]) -> str:
-    """The comparisons that held, as ``qosd explain`` words them (``node.memory.usage_percent = 73 >= 70``)."""
+    """The comparisons that held, worded as ``qosd explain`` words them (``usage_percent = 73 >= 70``)."""
     seen: list[str] = []
     for i in intents:
         for o in i.provenance.conditions:

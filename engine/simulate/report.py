@@ -63,7 +63,10 @@ def format_text(sim: Simulation, timeline: bool = True) -> str:
     lines.append(f"  {'evictions':<20}{ev['total']} ({by_rule}); {ev['heldBack']} held back by guards")
     lines.append(f"  {'evict/admit loops':<20}{loops_text(s['loops'])}")
     lines.append(f"  {'suppressions':<20}{suppressions_text(sup)}")
-    lines += [f"  {'rules':<20}{rule_line}" if i == 0 else f"  {'':<20}{rule_line}" for i, rule_line in enumerate(rule_lines(s["rules"]))]
+    lines += [
+        f"  {'rules':<20}{rule_line}" if i == 0 else f"  {'':<20}{rule_line}"
+        for i, rule_line in enumerate(rule_lines(s["rules"]))
+    ]
     th = risk["thresholds"]
     for label, words in (("withoutReclaim", "without reclaim"), ("withReclaim", "with reclaim")):
         x = risk[label]
@@ -110,7 +113,9 @@ def rule_lines(rules: Mapping[str, Mapping[str, Any]]) -> list[str]:
     out = []
     for rule, c in rules.items():
         ops = ", ".join(f"{n} {kind}" for kind, n in c["operations"].items()) or "no operation"
-        fired = f"fired on {c['firedTicks']} tick(s) in {c['episodes']} episode(s); " if c["firedTicks"] else ""
+        fired = (
+            f"fired on {c['firedTicks']} tick(s) in {c['episodes']} episode(s); " if c["firedTicks"] else ""
+        )
         held = f"; {c['held']} held" if c["held"] else ""
         out.append(f"{rule}: {fired}{ops}{held}")
     return out or ["none fired"]

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     from engine.simulate.recorder import Recorder
 
 
-def summarize(rec: Recorder, runtime: float, readmissions: Sequence[tuple[str, float, float]]) -> dict[str, Any]:
+def summarize(
+    rec: Recorder, runtime: float, readmissions: Sequence[tuple[str, float, float]]
+) -> dict[str, Any]:
     nums = rec.numbers
     minutes = sum(n.duration for n in nums) / 60.0
     weights = [n.duration for n in nums]
