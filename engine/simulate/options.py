@@ -21,7 +21,9 @@ def add_parser(sub: Any) -> None:
         help="replay a trace through the engine with a simulated clock; print a timeline and a summary",
         description=(
             "Replay a trace (schemas/trace.schema.json) through the same tick as the daemon. Delta samples "
-            "run closed loop: batch pods start as published capacity allows and leave when evicted."
+            "run closed loop: batch pods start as published capacity allows and leave when evicted. "
+            "With --baseline OLD... --rules NEW..., replay it under both policies and print what "
+            "changes (exit 0 same decisions, 3 different ones)."
         ),
     )
     s.add_argument(
@@ -32,11 +34,24 @@ def add_parser(sub: Any) -> None:
         metavar="PATH",
         help="rule file or directory (repeatable); the built-in layer is always loaded first",
     )
-    s.add_argument("--trace", required=True, type=Path, help="trace file (.yaml, .json or .jsonl)")
+    s.add_argument(
+        "trace_file", nargs="?", type=Path, metavar="TRACE", help="trace file (.yaml, .json or .jsonl)"
+    )
+    s.add_argument("--trace", type=Path, help="the trace, as an option (the same as TRACE)")
+    s.add_argument(
+        "--baseline",
+        action="extend",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="compare: the rules in effect today (files or directories); --rules are the proposed "
+        "ones. Prints what changes and exits 3 when any decision differs",
+    )
     s.add_argument(
         "--plot", type=Path, metavar="PNG", help="draw utilization, reclaim and evictions to this PNG"
     )
-    s.add_argument("--output", choices=("text", "json"), default="text")
+    s.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
     s.add_argument("--no-timeline", action="store_true", help="text output: the summary only")
     s.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
     s.add_argument(

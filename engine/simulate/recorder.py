@@ -11,6 +11,7 @@ from engine.model.operations import EvictPod, SetNodeTaint, WriteCgroup
 from engine.model.units import cores, human_bytes
 from engine.resources import API_VERSION
 from engine.simulate.changes import RuleChanges, pod_name
+from engine.simulate.decision import decision
 from engine.simulate.node import SimulatedNode
 from engine.simulate.result import Event, Options, TickNumbers
 from engine.simulate.summary import summarize
@@ -51,6 +52,7 @@ class Recorder:
         self.held_evictions = 0
         self.cgroup_writes = 0
         self.suppress_writes = 0
+        self.decisions: list[tuple[Any, ...]] = []
         self.logged_publish: dict[str, float | None] = {}
         self.in_risk: dict[str, float | None] = {"withoutReclaim": None, "withReclaim": None}
         self.calm_since: dict[str, float | None] = {"withoutReclaim": None, "withReclaim": None}
@@ -89,6 +91,7 @@ class Recorder:
                     "state": result.state.to_dict(),
                 }
             )
+        self.decisions.append(decision(result))
         self._check_templates(now, s.offset, node)
         evicted = self._rules(now, s.offset, result, node)
         self._readmissions(now, s.offset, node)

@@ -127,6 +127,8 @@ class Simulation:
     runtime_seconds: float
     published_names: dict[str, str]  # resource kind -> extended resource name
     generation: int = 0
+    # per tick, what was decided (see engine.simulate.diff.decision): compared by --baseline
+    decisions: list[tuple[Any, ...]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``kind: Simulation`` document. ``ticks`` are Evaluation documents exactly as

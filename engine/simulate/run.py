@@ -65,6 +65,7 @@ def simulate(trace: Trace, engine: Engine, options: Options | None = None) -> Si
         runtime,
         node.published.names(),
         engine.generation,
+        rec.decisions,
     )
 
 
