@@ -63,10 +63,23 @@ def test_once_dry_run_prints_the_plan_and_changes_nothing(tree: Subtree) -> None
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith("Plan of one tick (dry run: nothing written, evicted or published)"), out
-    assert f"  would write    {tree.name}/batch/{file} = {value}  (the class knobs step of spec.classes" in out
+    assert (
+        f"  would write    {tree.name}/batch/{file} = {value}  (the class knobs step of spec.classes" in out
+    )
     assert "  would publish  resource.katalyst.kubewharf.io/reclaimed_millicpu = " in out
     assert "formula headroom" in out
     assert tree.read("cpu", "batch", file) == before  # nothing written
+    # docs/standalone.md says which files a batch cgroup gets: exactly what the plan writes there.
+    written = sorted(
+        line.split(f"{tree.name}/batch/", 1)[1].split(" ", 1)[0]
+        for line in out.splitlines()
+        if line.startswith("  would write") and f"{tree.name}/batch/" in line
+    )
+    doc = (ROOT / "docs" / "standalone.md").read_text()
+    said = doc.split("With the bundled default policy a batch cgroup gets", 1)[1].split("\n\n", 1)[0]
+    expected = ["cpu.cfs_burst_us", "cpu.idle"] if file == "cpu.idle" else ["cpu.cfs_burst_us", "cpu.shares"]
+    assert written == expected, out
+    assert "`cpu.idle` 1" in said and "`cpu.cfs_burst_us` 0" in said and "no cpuset" in said
 
 
 @pytest.mark.realcgroup
@@ -81,7 +94,9 @@ def test_startup_line_and_each_performed_operation_are_logged(tree: Subtree) -> 
     assert start["generation"] == 1 and len(start["hash"]) == 12
     applied = [r for r in records if r["msg"] == "writeCgroup applied"]
     file, value = batch_weight(tree)
-    assert any(r["path"] == f"{tree.name}/batch" and r["file"] == file and r["value"] == value for r in applied)
+    assert any(
+        r["path"] == f"{tree.name}/batch" and r["file"] == file and r["value"] == value for r in applied
+    )
     assert all(r["level"] == "info" for r in applied)
     assert tree.read("cpu", "batch", file) == value
     assert not [r for r in records if r["msg"].startswith("no workload found")]

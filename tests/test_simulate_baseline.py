@@ -68,7 +68,10 @@ def test_a_change_that_evicts_more_is_planned_and_exits_3(
     code = cli_main(["simulate", "--baseline", str(old), "--rules", str(new), "--trace", str(trace)])
     assert code == 3
     out = capsys.readouterr().out
-    assert f"Decisions differ on {doc['differingTicks']} of {doc['ticks']} ticks; first at {first['clock']}" in out
+    assert (
+        f"Decisions differ on {doc['differingTicks']} of {doc['ticks']} ticks; first at {first['clock']}"
+        in out
+    )
     assert "new only       fired be-memory-evict" in out
     assert "  by be-memory-evict" in out and "suppressed cores (mean)" in out and "minutes at SLO risk" in out
     assert "exit 3: decisions differ" in out
@@ -83,7 +86,9 @@ def test_the_same_decisions_exit_0(tmp_path: Path, trace: Path, capsys: pytest.C
         "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: words}\nspec:\n  rules:\n"
         "    - name: be-memory-evict\n      description: evict BE pods when memory is short\n"
     )
-    code = cli_main(["simulate", "--baseline", str(old), "--rules", str(same), str(trace), "--output", "json"])
+    code = cli_main(
+        ["simulate", "--baseline", str(old), "--rules", str(same), str(trace), "--output", "json"]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, doc["firstDivergence"]
     assert doc["differ"] is False and doc["differingTicks"] == 0 and doc["firstDivergence"] is None

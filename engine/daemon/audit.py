@@ -32,14 +32,20 @@ from engine.tick import TickResult
 
 
 def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> dict[str, Any] | None:
-    """The tick as an Evaluation document, reduced to its decisions; None for a tick that decided nothing.
+    """The tick as an Evaluation document, reduced to its decisions; None for a tick that decided nothing."""
+    ev, plan = result.evaluation, result.plan
+    if not (plan.operations or plan.held or ev.skipped or ev.workload_issues):
+        return None
+    return tick_document(result, outcomes)
+
+
+def tick_document(result: TickResult, outcomes: Sequence[OperationOutcome]) -> dict[str, Any]:
+    """The tick as an Evaluation document with its results, reduced to its decisions.
 
     A steady tick re-derives every pooled cpuset as an intent that changes nothing; logging those
     every second would bury the decisions. Kept: every intent that became an operation or was held,
     every non-cgroup intent, and the operations with their results."""
     ev, plan = result.evaluation, result.plan
-    if not (plan.operations or plan.held or ev.skipped or ev.workload_issues):
-        return None
     doc = {
         "apiVersion": API_VERSION,
         "kind": "Evaluation",
@@ -145,8 +151,14 @@ class AuditLog(FileFault):
         self._last: tuple[Any, ...] | None = None
         self.unchanged = 0  # ticks not recorded since the last record: they decided nothing new
 
-    def tick(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> bool:
-        """Record a tick if it decided or changed something (see the module docstring)."""
+    def tick(
+        self, result: TickResult, outcomes: Sequence[OperationOutcome], facts: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Record a tick if it decided or changed something (see the module docstring). With
+        ``facts`` (``--audit-log-facts``) every tick is recorded, with the facts it was decided on:
+        a replay needs each tick, the quiet ones too (sustain timers count them)."""
+        if facts is not None:
+            return self.append({**tick_document(result, outcomes), "facts": facts})
         sig = decision_signature(result, outcomes)
         if sig is not None and sig == self._last:
             self.unchanged += 1

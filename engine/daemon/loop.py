@@ -30,6 +30,7 @@ from engine.model.facts import Snapshot
 from engine.model.operations import EvictPod, Operation, WriteCgroup
 from engine.plan.planner import Guards
 from engine.reload import PolicyLayer, ReloadConfig, Reloader
+from engine.sources.snapshot_file import snapshot_to_dict
 from engine.tick import TickResult, plan_tick, run_tick
 
 
@@ -47,6 +48,7 @@ class DaemonConfig:
     audit_log: Path | None = None
     audit_max_bytes: int = 0  # rotate the audit log past this size (0: never)
     audit_keep: int = 3  # rotated audit files kept (audit.jsonl.1 ... .N)
+    audit_facts: bool = False  # every tick recorded with its facts snapshot (qosd trace record)
     listen: str | None = None  # host:port for /metrics, /healthz, /readyz
     stat_files: bool = True  # stat rule files each tick; off when a file watcher reports changes
     sync_timeout: float = 60.0  # longest wait for the first lists from the API server at start
@@ -238,7 +240,7 @@ class Daemon:
                 self.source.applied(result, outcomes)
                 self._account(result, outcomes, engine)
             finally:
-                self._audit(result, outcomes)  # the record of what was applied, whatever follows
+                self._audit(result, outcomes, snap)  # the record of what was applied, whatever follows
             self.metrics.ticks.labels("ok").inc()
             self.last_error = None
             return result
@@ -351,12 +353,13 @@ class Daemon:
             extra={"fields": fields},
         )
 
-    def _audit(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
+    def _audit(self, result: TickResult, outcomes: Sequence[OperationOutcome], snap: Snapshot) -> None:
         """Append the tick's record; a failure is the audit log's (counted, reported), not the tick's."""
         if self.audit is None:
             return
         try:
-            self.audit.tick(result, outcomes)
+            facts = snapshot_to_dict(snap, self.config.labels) if self.config.audit_facts else None
+            self.audit.tick(result, outcomes, facts)
         except Exception as exc:  # a bug building the record: lose it, keep enforcing
             self.audit.failed(exc)
 

@@ -112,6 +112,14 @@ OUTPUTS: tuple[Flag, ...] = (
         },
     ),
     (
+        ("--audit-log-facts",),
+        {
+            "action": "store_true",
+            "help": "record every tick with the facts it was decided on, so `qosd trace record` can "
+            "turn the log into a trace (larger: for a recording window)",
+        },
+    ),
+    (
         ("--listen",),
         {
             "type": listen_address,

@@ -132,6 +132,7 @@ def _config(
         audit_log=_audit_file(args.audit_log),
         audit_max_bytes=int(args.audit_log_max_bytes),
         audit_keep=args.audit_log_keep,
+        audit_facts=args.audit_log_facts,
         listen=args.listen or None,
         stat_files=not watch,
         sync_timeout=args.sync_timeout,

@@ -9,6 +9,7 @@ from typing import Any
 from engine.argtypes import add_tick_flags, duration, integer, number, percent, profile, quantity
 from engine.config.pipeline import PROFILE_LABEL
 from engine.simulate.command import PROGRESS_MIN_STEPS, cmd_simulate, cmd_trace_generate, cmd_trace_validate
+from engine.simulate.record import add_record_parser
 from engine.sources.trace import (
     GiB,
 )
@@ -115,6 +116,7 @@ def add_parser(sub: Any) -> None:
         help="write here (.yaml, .json or .jsonl); default stdout",
     )
     g.set_defaults(func=cmd_trace_generate)
+    add_record_parser(tsub)
     v = tsub.add_parser("validate", help="check trace files; exit 0 valid, 1 invalid, 2 missing file")
     v.add_argument("traces", nargs="+", type=Path, metavar="TRACE")
     v.set_defaults(func=cmd_trace_validate)
