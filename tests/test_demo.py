@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main as cli_main
-from engine.demo import DemoCgroups, Load, Spread, live, percentile, simulated, verdict
+from engine.demo import DemoCgroups, Load, live, percentile, simulated
+from engine.demo_report import Spread, verdict
 
 
 @pytest.mark.parametrize(

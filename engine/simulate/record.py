@@ -76,14 +76,16 @@ def read_audit_records(paths: Sequence[Path]) -> list[Mapping[str, Any]]:
 
 def record_live(duration: float, interval: str, run_argv: Sequence[str], audit: Path) -> None:
     """Run ``qosd run --dry-run --audit-log-facts`` here for ``duration`` seconds."""
-    from engine.cli import build_parser
     from engine.daemon.logs import configure_logging
+    from engine.daemon.options import add_parser
     from engine.daemon.wiring import build_kube, build_standalone, kube_mode
 
     argv = ["run", "--dry-run", "--listen", "", "--no-watch", "--interval", interval, *run_argv]
     argv += ["--audit-log", str(audit), "--audit-log-facts", "--audit-log-max-bytes", "0"]
+    parser = argparse.ArgumentParser(prog="qosd")
+    add_parser(parser.add_subparsers(dest="command", required=True))
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse said what is wrong with the flags after --
         raise UsageError(f"the qosd run flags after -- are not valid: {' '.join(run_argv)}") from exc
     configure_logging(args.log_level)
