@@ -22,15 +22,14 @@ from engine.cli import main as cli_main
 from engine.daemon.audit import AuditLog
 from engine.daemon.metrics import Metrics
 from engine.daemon.wiring import build_standalone
-from tests.realcgroup import Subtree, real_subtree
+from tests.realcgroup import Subtree, web_and_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def tree() -> Iterator[Subtree]:
-    with real_subtree(children=("web", "batch"), sleeper="batch") as t:
-        t.spawn("web", ["sleep", "300"])
+    with web_and_batch() as t:
         yield t
 
 

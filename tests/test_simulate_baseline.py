@@ -14,16 +14,7 @@ from engine.cli import main as cli_main
 from engine.sources.trace import generate_tidal, write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
-EVICT_AT_60 = """apiVersion: qosd.io/v1alpha1
-kind: QoSPolicy
-metadata: {name: evict-at-60}
-spec:
-  priority: 10
-  rules:
-    - name: be-memory-evict
-      when: {node.memory.usage_percent: {gte: 60}}
-      then: {evict: {release: {lowerPercent: 58}}}
-"""
+EVICT_AT_60 = (ROOT / "tests" / "data" / "evict-at-60.yaml").read_text()
 
 
 @pytest.fixture(scope="module")

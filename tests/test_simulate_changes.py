@@ -22,16 +22,7 @@ from engine.sources.trace import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = ROOT / "examples" / "traces" / "tidal-day.yaml"
-FIGHT = """apiVersion: qosd.io/v1alpha1
-kind: QoSPolicy
-metadata: {name: evict-at-60}
-spec:
-  priority: 10
-  rules:
-    - name: be-memory-evict
-      when: {node.memory.usage_percent: {gte: 60}}
-      then: {evict: {release: {lowerPercent: 58}}}
-"""
+FIGHT = ROOT / "tests" / "data" / "evict-at-60.yaml"
 
 
 def timeline(out: str) -> list[tuple[str, str, str]]:
@@ -109,9 +100,7 @@ def test_admit_evict_admit_again_is_a_summary_line(
     """An overlay that evicts BE pods at 60% memory beside reclaim that publishes up to 65%: the
     scheduler admits what the eviction removes, again and again; the summary says so and the
     timeline has an admit line for each turn."""
-    overlay = tmp_path / "evict-at-60.yaml"
-    overlay.write_text(FIGHT)
-    assert cli_main(["simulate", "--trace", str(DAY), "--rules", str(overlay)]) == 0
+    assert cli_main(["simulate", "--trace", str(DAY), "--rules", str(FIGHT)]) == 0
     out = capsys.readouterr().out
     m = re.search(r"evict/admit loops\s+(\d+) batch pod\(s\) admitted again after an eviction", out)
     assert m is not None, out.split("SUMMARY", 1)[1]

@@ -19,15 +19,14 @@ import pytest
 
 from engine.cli import main as cli_main
 from engine.sources.trace import read_trace
-from tests.realcgroup import Subtree, real_subtree
+from tests.realcgroup import Subtree, web_and_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def tree() -> Iterator[Subtree]:
-    with real_subtree(children=("web", "batch"), sleeper="batch") as t:
-        t.spawn("web", ["sleep", "300"])
+    with web_and_batch() as t:
         yield t
 
 
@@ -90,23 +89,7 @@ def test_rotated_logs_in_any_order_make_one_trace(tmp_path: Path, capsys: pytest
     """Records are ordered by time, whichever file holds them (audit.jsonl.1 is older than audit.jsonl)."""
     from engine.simulate.record import trace_from_records
 
-    facts = json.loads(json.dumps(_facts()))
-    base = {"apiVersion": "qosd.io/v1alpha1", "kind": "Evaluation", "policy": {"hash": "h", "generation": 1}}
-    docs = [
-        {
-            **base,
-            "time": 100.0 + i,
-            "fired": [],
-            "intents": [],
-            "skipped": [],
-            "workloadIssues": [],
-            "operations": [],
-            "held": [],
-            "results": [],
-            "facts": facts,
-        }
-        for i in range(4)
-    ]
+    docs = [{**_record(100.0 + i), "results": [], "facts": _facts()} for i in range(4)]
     (tmp_path / "audit.jsonl.1").write_text("".join(json.dumps(d) + "\n" for d in docs[:2]))
     (tmp_path / "audit.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs[2:]))
     out = tmp_path / "t.jsonl"
@@ -122,18 +105,7 @@ def test_a_log_without_facts_says_how_to_record_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "audit.jsonl"
-    doc = {
-        "apiVersion": "qosd.io/v1alpha1",
-        "kind": "Evaluation",
-        "time": 1.0,
-        "policy": {"hash": "h"},
-        "fired": [],
-        "intents": [],
-        "skipped": [],
-        "workloadIssues": [],
-        "operations": [],
-        "held": [],
-    }
+    doc = _record(1.0)
     log.write_text(json.dumps(doc) + "\n")
     assert cli_main(["trace", "record", "--audit-log", str(log)]) == 1
     err = capsys.readouterr().err
@@ -188,6 +160,17 @@ def test_a_live_recording_changes_nothing_and_replays(tree: Subtree, tmp_path: P
     assert len(trace.samples) >= 2
     assert tree.read("cpu", "batch", file) == before  # a dry run
     assert cli_main(["simulate", str(out), "--no-timeline"]) == 0
+
+
+def _record(time: float) -> dict[str, Any]:
+    """An audit record of a tick that decided nothing."""
+    return {
+        "apiVersion": "qosd.io/v1alpha1",
+        "kind": "Evaluation",
+        "time": time,
+        "policy": {"hash": "h", "generation": 1},
+        **{key: [] for key in ("fired", "intents", "skipped", "workloadIssues", "operations", "held")},
+    }
 
 
 def _facts() -> dict[str, Any]:

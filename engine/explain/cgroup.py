@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.explain.pairing import not_done
+from engine.explain.pairing import outcome
 from engine.explain.provenance import because
 
 
@@ -28,24 +28,12 @@ def explain_cgroup(
         and (o.get("path"), o.get("file"), o.get("value")) == (intent.get("path"), intent.get("file"), value)
         for o in operations
     )
-    after = ""
-    if held is not None:
-        what = f"Would have set {where}{pod} to {value}"
-    elif not planned:
-        what = f"Kept {where}{pod} at {value} (it already holds that value; nothing written)"
-    elif not recorded:
-        what = f"Chose to write {value} to {where}{pod}"
-    elif result is None:
-        what = f"Chose to write {value} to {where}{pod}"
-        after = " No operation result was recorded for it."
-    elif (why := not_done(result)) is not None:
-        what = f"Did not write {value} to {where}{pod}"
-        after = f" Not done ({why})."
-    elif result.get("status") == "unchanged":
-        what = f"Kept {where}{pod} at {value} (the kernel already held it; nothing written)"
-    else:
-        what = f"Wrote {value} to {where}{pod}"
+    form, after = outcome(held, recorded, result) if planned or held is not None else ("kept", "")
+    what = {
+        "would": f"Would have set {where}{pod} to {value}",
+        "chose": f"Chose to write {value} to {where}{pod}",
+        "not": f"Did not write {value} to {where}{pod}",
+        "done": f"Wrote {value} to {where}{pod}",
+    }.get(form, f"Kept {where}{pod} at {value} (it already holds that value; nothing written)")
     text = f"{what} {because(p)}."
-    if held is not None:
-        text += f" Held: {held}."
     return text + after

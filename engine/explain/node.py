@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from engine.explain.pairing import not_done
+from engine.explain.pairing import outcome
 from engine.explain.provenance import because
 from engine.model.units import key_unit, with_unit
 
@@ -51,19 +51,12 @@ def explain_node_intent(
     verb, rest = _phrase(intent)
     past = PAST.get(verb, verb + "ed")
     why = because(p)
-    after = ""
-    if held is not None:
-        what = f"Would have {past} {rest}"
-    elif not recorded:
-        what = f"Chose to {verb} {rest}"
-    elif result is None:
-        what = f"Chose to {verb} {rest}"
-        after = " No operation result was recorded for it."
-    elif (refused := not_done(result)) is not None:
-        what = f"Did not {verb} {rest}"
-        after = f" Not done ({refused})."
-    else:
-        what = f"{past[0].upper()}{past[1:]} {rest}"
+    form, after = outcome(held, recorded, result)
+    what = {
+        "would": f"Would have {past} {rest}",
+        "chose": f"Chose to {verb} {rest}",
+        "not": f"Did not {verb} {rest}",
+    }.get(form, f"{past[0].upper()}{past[1:]} {rest}")
     if intent.get("kind") == "publish":
         inputs = p.get("inputs") or {}
         if inputs:
@@ -71,7 +64,4 @@ def explain_node_intent(
             why += "; inputs: " + ", ".join(
                 f"{k} {with_unit(v, key_unit(k, unit))}" for k, v in inputs.items()
             )
-    text = f"{what} {why}."
-    if held is not None:
-        text += f" Held: {held}."
-    return text + after
+    return f"{what} {why}.{after}"

@@ -86,3 +86,25 @@ def not_done(result: Mapping[str, Any] | None) -> str | None:
         return None
     why = result.get("error") or result.get("detail") or "no reason recorded"
     return f"{result.get('status')}: {why}"
+
+
+def outcome(
+    held: str | None, recorded: bool, result: Mapping[str, Any] | None
+) -> tuple[str, str]:
+    """What became of one decision, as (form, what to add after the sentence). The form is
+    ``would`` (the planner held it), ``chose`` (a plan: ``qosd eval``/``simulate``, or an audit
+    record without a result for it), ``not`` (the adapter refused or failed), ``kept`` (the value
+    was already in place) or ``done`` (performed). Every decision kind words its sentence from it,
+    so none says more than happened."""
+    if held is not None:
+        return "would", f" Held: {held}."
+    if not recorded:
+        return "chose", ""
+    if result is None:
+        return "chose", " No operation result was recorded for it."
+    refused = not_done(result)
+    if refused is not None:
+        return "not", f" Not done ({refused})."
+    if result.get("status") == "unchanged":
+        return "kept", ""
+    return "done", ""

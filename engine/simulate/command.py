@@ -6,8 +6,9 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
@@ -22,6 +23,7 @@ from engine.sources.trace import (
     GiB,
     Trace,
     describe,
+    dump_trace,
     duration_text,
     generate_tidal,
     read_trace,
@@ -196,14 +198,17 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
         "Online pods carry both Koordinator labels and Katalyst annotations, so either profile reads them;\n"
         "override the profile with `qosd simulate --profile ...`."
     )
-    if args.output_file is None or str(args.output_file) == "-":
-        from engine.sources.trace import dump_trace
-
-        sys.stdout.write(dump_trace(doc, args.format or "yaml", comment))
-    else:
-        write_trace(doc, args.output_file, comment)
-        print(f"wrote {len(doc['samples'])} samples to {args.output_file}", file=sys.stderr)
+    emit_trace(doc, args.output_file, args.format or "yaml", comment)
     return EXIT_OK
+
+
+def emit_trace(doc: Mapping[str, Any], output_file: Path | None, fmt: str, comment: str) -> None:
+    """A trace to stdout in ``fmt`` (no file, or ``-``), else to the file in the format of its suffix."""
+    if output_file is None or str(output_file) == "-":
+        sys.stdout.write(dump_trace(doc, fmt, comment))
+    else:
+        write_trace(doc, output_file, comment)
+        print(f"wrote {len(doc['samples'])} samples to {output_file}", file=sys.stderr)
 
 
 def cmd_trace_validate(args: argparse.Namespace) -> int:

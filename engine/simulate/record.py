@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,8 @@ from typing import Any
 
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.resources import API_VERSION
-from engine.sources.trace import dump_trace, duration_text, write_trace
+from engine.simulate.command import emit_trace
+from engine.sources.trace import duration_text
 
 EXIT_OK = 0
 
@@ -130,11 +130,7 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
         f"Recorded by qosd trace record from {source}: {len(doc['samples'])} ticks, one snapshot each\n"
         "(replayed open loop: `qosd simulate` decides on exactly what the node saw)."
     )
-    if args.output_file is None or str(args.output_file) == "-":
-        sys.stdout.write(dump_trace(doc, args.format or "jsonl", comment))
-    else:
-        write_trace(doc, args.output_file, comment)
-        print(f"wrote {len(doc['samples'])} samples to {args.output_file}", file=sys.stderr)
+    emit_trace(doc, args.output_file, args.format or "jsonl", comment)
     return EXIT_OK
 
 
