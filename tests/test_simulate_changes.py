@@ -15,7 +15,7 @@ import pytest
 from engine.cli import main as cli_main
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
-from engine.simulate.plot import clock_label, rule_thresholds
+from engine.simulate.plot import clock_label, plot, rule_thresholds
 from engine.simulate.result import Options
 from engine.simulate.run import simulate
 from engine.sources.trace import read_trace
@@ -116,6 +116,7 @@ def test_admit_evict_admit_again_is_a_summary_line(
 
 
 def test_the_plot_draws_each_rules_threshold_on_clock_time(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the qosd[plot] extra)")
     trace = read_trace(DAY)
     policy = build_policy(load_documents([]), trace.base.node)
     lines = rule_thresholds(policy)
@@ -123,6 +124,15 @@ def test_the_plot_draws_each_rules_threshold_on_clock_time(tmp_path: Path) -> No
     assert ("be-cpu-suppress", "suppresses batch CPU above", 65.0) in lines["cpu"]
     assert clock_label(1699920000, 13.5 * 3600, False) == "13:30"  # the trace's start is 00:00 UTC
     assert clock_label(1699920000, 26 * 3600, True) == "11-15 02:00"
+    # What the PNG holds: a line per rule threshold at its value, and clock times on the time axis.
+    engine = Engine(policy)
+    fig = plot(simulate(trace, engine, Options()), tmp_path / "day.png")
+    cpu, memory = fig.axes[0], fig.axes[1]
+    labelled = {line.get_label(): line.get_ydata()[0] for ax in (cpu, memory) for line in ax.get_lines()}
+    assert labelled["rule be-memory-evict: acts at node.memory.usage_percent >= 70%"] == 70.0
+    assert labelled["rule be-cpu-suppress: suppresses batch CPU above 65%"] == 65.0
+    ticks = [t.get_text() for t in fig.axes[-1].get_xticklabels()]
+    assert ticks[:3] == ["00:00", "02:00", "04:00"]
 
 
 def test_docs_describe_the_timeline_kinds_and_no_stale_suppress_note() -> None:

@@ -164,6 +164,7 @@ class Daemon:
         # Each says why the daemon is not ready (a failing watch or audit log), or None.
         self.readiness: list[Callable[[], str | None]] = []
         self._started = False
+        self._announced = False  # the start-up line, at the first tick a policy is in effect
         self.state = load_state(config.state_file)
         self.guards = Guards(dry_run=config.dry_run, eviction_burst=config.eviction_burst)
         self.stop = threading.Event()
@@ -226,7 +227,8 @@ class Daemon:
                 snap = _with_observed(snap, self.source.observe(unseen))
                 result = plan_tick(engine, result.evaluation, snap, self.guards)
             self.metrics.evaluation_seconds.observe(time.perf_counter() - t0)
-            if self.ticks == 0:
+            if not self._announced:
+                self._announced = True
                 self._first_tick(engine, snap)
             if self.config.print_plan:
                 self._print_plan(engine, result, snap)

@@ -19,7 +19,7 @@ from engine.sources.trace import (
 )
 
 
-def plot(sim: Simulation, path: Path) -> None:
+def plot(sim: Simulation, path: Path) -> Any:
     """Utilization without/with reclaim, published capacity against what batch asked for and used,
     evictions and SLO-risk shading, on one hours axis (PNG).
 
@@ -173,6 +173,7 @@ def plot(sim: Simulation, path: Path) -> None:
         fontsize=12,
     )
     fig.savefig(str(path))
+    return fig  # the matplotlib Figure, for whoever wants to look inside
 
 
 def _shade(ax: Any, nums: Sequence[TickNumbers], attr: str, res: str, color: str) -> None:
