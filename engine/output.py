@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.explain.provenance import observation_text
 from engine.model.intents import CgroupIntent, EvictIntent, NodeIntent, step_description
-from engine.model.operations import PublishNodeResource, WriteCgroup
+from engine.model.operations import EvictPod, PublishNodeResource, WriteCgroup
 from engine.model.units import human_bytes, num, resource_amount, with_unit
 from engine.tick import TickResult
 
@@ -33,7 +33,7 @@ def _why(i: Any) -> str:
         value = i.params.get("value")
         shown = "withdrawn" if value is None else with_unit(value, str(i.params.get("unit") or ""))
         parts.append(f"{i.params.get('resource')} = {shown}")
-    elif hasattr(i, "file") and hasattr(i, "value"):
+    elif isinstance(i, CgroupIntent):
         parts.append(f"{i.file} = {_cgroup_value(i.file, i.value)}")
     return "; ".join(parts) or "no condition"
 
@@ -153,10 +153,10 @@ def format_plan(result: TickResult) -> str:
                 else f" ({resource_amount(float(op.quantity), op.name)})"
             )
             what = f"{op.name} = {op.quantity if op.quantity is not None else 'withdrawn'}{amount}"
+        elif isinstance(op, EvictPod):
+            what = f"{op.namespace}/{op.name}" if op.namespace else op.name
         else:
             what = _operation(op).split(": ", 1)[1]
-            if hasattr(op, "namespace") and hasattr(op, "name"):
-                what = f"{op.namespace}/{op.name}"
         lines.append(f"  would {verb:<8} {what}  ({_plan_why(op, _intent_of(op, ev.intents))})")
     for h in plan.held:
         lines.append(f"  held     {h.intent.kind} {h.intent.target} ({h.intent.provenance.rule}): {h.reason}")
