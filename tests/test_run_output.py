@@ -167,3 +167,47 @@ def test_rotation_flags_are_bounded(capsys: pytest.CaptureFixture[str], argv: li
     with pytest.raises(SystemExit) as exc:
         cli_main(["run", "--once", *argv])
     assert exc.value.code == 2 and said in capsys.readouterr().err
+
+
+def _tick(fired: tuple[str, ...], reason: str) -> Any:
+    """A TickResult-shaped tick with one skipped note and nothing planned."""
+    from types import SimpleNamespace
+
+    from engine.evaluate.context import Skipped
+    from engine.evaluate.state import EngineState
+
+    ev = SimpleNamespace(fired=fired, skipped=(Skipped("r", reason),), workload_issues=(), intents=())
+    plan = SimpleNamespace(operations=(), held=())
+
+    def to_dict() -> dict[str, Any]:
+        return {
+            "time": 1.0,
+            "policy": {"hash": "h", "generation": 1},
+            "fired": list(fired),
+            "intents": [],
+            "skipped": [{"rule": "r", "reason": reason}],
+            "workloadIssues": [],
+            "operations": [],
+            "held": [],
+        }
+
+    return SimpleNamespace(evaluation=ev, plan=plan, state=EngineState(), to_dict=to_dict)
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "records"),
+    [
+        ((("a",), "cooldown: 3s of 4s left"), (("a",), "cooldown: 2s of 4s left"), 1),  # a note ticking on
+        ((("a",), "|5120 - 5000| < 500"), (("a",), "|5100 - 5000| < 500"), 1),  # a dead band
+        ((("a",), "cooldown: 3s of 4s left"), (("a",), "rate limit: fired 3 times in 60s"), 2),  # news
+        ((("a",), "cooldown: 3s of 4s left"), (("a", "b"), "cooldown: 2s of 4s left"), 2),  # b fired
+    ],
+)
+def test_which_ticks_are_news(
+    tmp_path: Path, first: tuple[tuple[str, ...], str], then: tuple[tuple[str, ...], str], records: int
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    audit = AuditLog(path, Metrics().audit_failures)
+    audit.tick(_tick(*first), ())
+    audit.tick(_tick(*then), ())
+    assert len(path.read_text().splitlines()) == records

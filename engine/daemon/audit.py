@@ -15,6 +15,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -76,14 +77,23 @@ def decision_signature(result: TickResult, outcomes: Sequence[OperationOutcome])
         if o.status in PERFORMED:
             return None
         target = getattr(op, "path", None) or getattr(op, "name", None) or getattr(op, "key", None)
-        ops.append((op.kind, getattr(op, "file", None), target, o.status, o.error))
+        ops.append((op.kind, getattr(op, "file", None), target, o.status, _shape(o.error or "")))
     return (
         tuple(ev.fired),
         tuple(sorted(ops, key=repr)),
         tuple((h.intent.kind, h.intent.target, h.intent.provenance.rule, h.reason) for h in plan.held),
-        tuple((sk.rule, sk.reason) for sk in ev.skipped),
+        tuple((sk.rule, _shape(sk.reason)) for sk in ev.skipped),
         tuple((w.uid, tuple(w.errors)) for w in ev.workload_issues),
     )
+
+
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _shape(text: str) -> str:
+    """A note without its numbers: "cooldown: 2s of 4s left" and "cooldown: 1s of 4s left", or a
+    dead band's ``|5120 - 5000| < 500`` and ``|5100 - 5000| < 500``, are the same note ticking on."""
+    return _NUMBER.sub("#", text)
 
 
 def finished_record(
