@@ -4,10 +4,12 @@ something, each intent with its provenance and each operation's result; ``qosd e
 A tick is recorded when an operation was performed (applied, or started: an eviction), or when what
 the tick decided differs from the last tick: a rule starts or stops firing, a guard holds something
 else, a note (skipped, workload issue) appears, changes or goes, an adapter refuses or fails
-differently. A steady node, which re-plans the same publish and notes every second, writes nothing;
-a day of it was 637 records of ~2 KB for 637 ticks before. The file is rotated by size
-(``--audit-log-max-bytes``, ``--audit-log-keep``): ``audit.jsonl`` becomes ``audit.jsonl.1`` and so on,
-the oldest dropped, so the host path a DaemonSet writes to stays bounded."""
+differently. Operations that changed nothing (unchanged; skipped: no adapter here) are no news, nor
+is a rule whose only effect they were. A steady node, which re-plans the same publish and notes
+every second, writes nothing (it wrote a ~2 KB record on each of 637 ticks of 637 before). The file
+is rotated by size (``--audit-log-max-bytes``, ``--audit-log-keep``): ``audit.jsonl`` becomes
+``audit.jsonl.1`` and so on, the oldest dropped, so the host path a DaemonSet writes to stays
+bounded."""
 
 from __future__ import annotations
 
@@ -67,19 +69,32 @@ def tick_document(result: TickResult, outcomes: Sequence[OperationOutcome]) -> d
 PERFORMED = frozenset({"applied", "started"})
 
 
-def decision_signature(result: TickResult, outcomes: Sequence[OperationOutcome]) -> tuple[Any, ...] | None:
-    """What a tick decided, without the values that drift every tick (a publish quantity the adapter
-    skipped or found unchanged): equal signatures on consecutive ticks mean the second decided
-    nothing new. None when the tick performed an operation, which is always recorded."""
+QUIET = frozenset({"unchanged", "skipped"})  # nothing happened: the value was there, or no adapter here
+
+
+def decision_signature(result: TickResult, outcomes: Sequence[OperationOutcome]) -> tuple[Any, ...]:
+    """What a tick decided, as equal signatures on consecutive ticks mean the second decided nothing
+    new. Left out: the operations it performed (a tick that performs is recorded anyway), operations
+    that changed nothing (the adapter found the value in place, or has none here: standalone
+    publishing), and rules whose only effect was such operations (a publish rule that re-announces
+    the same amount on its report interval). Kept: failures, holds, notes (without their numbers,
+    which tick on) and workload issues."""
     ev, plan = result.evaluation, result.plan
     ops = []
+    quiet: set[str] = set()
+    loud: set[str] = {h.intent.provenance.rule for h in plan.held}
     for op, o in zip(plan.operations, outcomes, strict=False):
+        rule = str(getattr(op, "rule", ""))
+        if o.status in QUIET:
+            quiet.add(rule)
+            continue
+        loud.add(rule)
         if o.status in PERFORMED:
-            return None
+            continue
         target = getattr(op, "path", None) or getattr(op, "name", None) or getattr(op, "key", None)
         ops.append((op.kind, getattr(op, "file", None), target, o.status, _shape(o.error or "")))
     return (
-        tuple(ev.fired),
+        tuple(r for r in ev.fired if r not in quiet or r in loud),
         tuple(sorted(ops, key=repr)),
         tuple((h.intent.kind, h.intent.target, h.intent.provenance.rule, h.reason) for h in plan.held),
         tuple((sk.rule, _shape(sk.reason)) for sk in ev.skipped),
@@ -170,7 +185,8 @@ class AuditLog(FileFault):
         if facts is not None:
             return self.append({**tick_document(result, outcomes), "facts": facts})
         sig = decision_signature(result, outcomes)
-        if sig is not None and sig == self._last:
+        performed = any(o.status in PERFORMED for o in outcomes)
+        if not performed and sig == self._last:
             self.unchanged += 1
             return False
         record = audit_record(result, outcomes)
