@@ -26,9 +26,9 @@ def table(capsys: pytest.CaptureFixture[str], snapshot: str) -> str:
         (
             "memory-pressure.yaml",
             [
-                "node.memory.usage_percent = 82 >= 70; rank 1 of 3 eligible, frees 1.0 GiB toward 9.0 GiB "
+                "node.memory.usage_percent = 82% >= 70%; rank 1 of 3 eligible, frees 1.0 GiB toward 9.0 GiB "
                 "(68719476736 * (82 - 68) / 100)",
-                "node.memory.usage_percent = 82 >= 70; rank 2 of 3 eligible, frees 12.0 GiB toward 9.0 GiB",
+                "node.memory.usage_percent = 82% >= 70%; rank 2 of 3 eligible, frees 12.0 GiB toward 9.0 GiB",
                 "kubernetes.io/batch-cpu = 5.6 cores",
                 "kubernetes.io/batch-memory = 12.1 GiB",
                 "publishNodeResource: name=kubernetes.io/batch-cpu, quantity=5600 (5.6 cores)",

@@ -61,12 +61,12 @@ def test_memory_pressure_eviction_in_words(capsys: pytest.CaptureFixture[str], t
     r = ref(doc, "be-memory-evict")
     assert (
         f"- Chose to evict batch/etl-small (class BE, rank 1 of 3 eligible by priority 5000, memory.usage 1.0 GiB, name etl-small) "
-        f"because {r} saw node.memory.usage_percent = 82 >= 70; it releases down to 68%: "
+        f"because {r} saw node.memory.usage_percent = 82% >= 70%; it releases down to 68%: "
         "68719476736 * (82 - 68) / 100 = 9.0 GiB, 0 already pending; this eviction brings released to 1.0 GiB."
     ) in lines
     assert (
         f"- Chose to evict batch/spark-exec-1 (class BE, rank 2 of 3 eligible by priority 5500, memory.usage 12.0 GiB, "
-        f"name spark-exec-1) because {r} saw node.memory.usage_percent = 82 >= 70; it releases down to 68%: "
+        f"name spark-exec-1) because {r} saw node.memory.usage_percent = 82% >= 70%; it releases down to 68%: "
         "68719476736 * (82 - 68) / 100 = 9.0 GiB, 0 already pending; this eviction brings released to 13.0 GiB "
         "(target met)."
     ) in lines
@@ -84,7 +84,7 @@ def test_audit_mode_says_would_have(capsys: pytest.CaptureFixture[str], tmp_path
     assert code == 0
     assert (
         f"- Would have evicted batch/spark-big (class BE, rank 1 of 2 eligible by priority 5500, memory.usage 6.0 GiB, "
-        f"name spark-big) because {ref(doc, 'be-memory-evict')} saw node.memory.usage_percent = 75 >= 70; "
+        f"name spark-big) because {ref(doc, 'be-memory-evict')} saw node.memory.usage_percent = 75% >= 70%; "
         "it releases down to 68%: 68719476736 * (75 - 68) / 100 = 4.5 GiB, 0 already pending; "
         "this eviction brings released to 6.0 GiB (target met). Held: audit mode: reported, not executed."
     ) in out.splitlines()

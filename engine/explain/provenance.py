@@ -22,12 +22,10 @@ OP_WORDS = {
 
 
 def observation_text(o: Mapping[str, Any]) -> str:
-    """``node.psi.memory.some.avg10 (min over 15s) = 18 >= 15``; one that did not hold reads
-    ``... = 9, not >= 15``."""
+    """``node.psi.memory.some.avg10 (min over 15s) = 18% >= 15%``; one that did not hold reads
+    ``... = 9%, not >= 15%``."""
     fact = str(o.get("fact"))
     unit = fact_unit(fact)
-    if unit == "percent":
-        unit = ""  # the fact's name already ends in _percent
     window = o.get("window")
     label = fact if window is None else f"{fact} ({o.get('agg', 'last')} over {num(window)}s)"
     op = str(o.get("op"))
