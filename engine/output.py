@@ -4,6 +4,7 @@ are shown exactly, with the amount beside them: ``quantity=5600 (5.6 cores)``.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from engine.explain.provenance import observation_text
@@ -132,9 +133,12 @@ VERBS = {
 }
 
 
-def format_plan(result: TickResult) -> str:
+def format_plan(result: TickResult, unavailable: Mapping[str, str] | None = None) -> str:
     """``qosd run --once --dry-run``: what the tick would do, an operation a line with its reason,
-    then what the guards would hold back and what was skipped. Nothing of it was executed."""
+    then what the guards would hold back and what was skipped. Nothing of it was executed.
+    ``unavailable`` maps the operation kinds this node cannot carry out to why (standalone mode has
+    no Kubernetes API): those read "would skip", so the plan does not promise what a run refuses."""
+    unavailable = unavailable or {}
     ev, plan = result.evaluation, result.plan
     ops = plan.operations
     lines = [
@@ -157,7 +161,12 @@ def format_plan(result: TickResult) -> str:
             what = f"{op.namespace}/{op.name}" if op.namespace else op.name
         else:
             what = _operation(op).split(": ", 1)[1]
-        lines.append(f"  would {verb:<8} {what}  ({_plan_why(op, _intent_of(op, ev.intents))})")
+        why = _plan_why(op, _intent_of(op, ev.intents))
+        refused = unavailable.get(op.kind)
+        if refused is not None:
+            lines.append(f"  would skip     {verb} {what}: {refused} ({why})")
+        else:
+            lines.append(f"  would {verb:<8} {what}  ({why})")
     for h in plan.held:
         lines.append(f"  held     {h.intent.kind} {h.intent.target} ({h.intent.provenance.rule}): {h.reason}")
     for s in ev.skipped:

@@ -55,6 +55,9 @@ class DaemonConfig:
     print_plan: bool = False  # --once --dry-run: print what the tick would do to stdout
     mode: str = "standalone"  # standalone | kubernetes, for the start-up line
     describe: Mapping[str, Any] = field(default_factory=dict)  # where workloads come from (start-up line)
+    # operation kinds this node refuses, and why (standalone: the Kubernetes ones): the dry-run plan
+    # says "would skip" for them, as a real run's executor would
+    unavailable: Mapping[str, str] = field(default_factory=dict)
 
 
 def _unobserved(result: TickResult, snap: Snapshot) -> dict[str, list[str]]:
@@ -291,8 +294,14 @@ class Daemon:
         the dry-run guard lifted (nothing is executed; the executor only records)."""
         from engine.output import format_plan
 
-        would = plan_tick(engine, result.evaluation, snap, dataclasses.replace(self.guards, dry_run=False))
-        sys.stdout.write(format_plan(would))
+        guards = dataclasses.replace(self.guards, dry_run=False)
+        would = plan_tick(engine, result.evaluation, snap, guards)
+        unseen = _unobserved(would, snap)
+        if unseen:  # as a real tick does: what the kernel already holds is not a write
+            would = plan_tick(
+                engine, result.evaluation, _with_observed(snap, self.source.observe(unseen)), guards
+            )
+        sys.stdout.write(format_plan(would, self.config.unavailable))
         sys.stdout.flush()
 
     def _settle(self) -> None:

@@ -139,6 +139,10 @@ def _config(
         print_plan=args.once and args.dry_run,
         mode=mode,
         describe={"cgroupRoot": str(args.cgroup_root), **describe},
+        # standalone: the Kubernetes operations are refused, evictions excepted (done by signals)
+        unavailable={k: STANDALONE_REFUSAL for k in KUBE_OPERATIONS if k != EvictPod.kind}
+        if mode == "standalone"
+        else {},
     )
 
 
@@ -336,8 +340,11 @@ def _node_status_reflector(api: Any, poke: Callable[[], None], aggregator: Any) 
 KUBE_OPERATIONS = ("evictPod", "setNodeTaint", "setNodeCondition", "emitEvent", "publishNodeResource")
 
 
+STANDALONE_REFUSAL = "standalone mode: no Kubernetes API on this node"
+
+
 def _standalone_refusal(op: Operation) -> OperationResult:
-    return OperationResult(op, "skipped", "standalone mode: no Kubernetes API on this node")
+    return OperationResult(op, "skipped", STANDALONE_REFUSAL)
 
 
 def _state_file(path: Path | None) -> Path | None:

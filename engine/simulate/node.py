@@ -344,7 +344,7 @@ class SimulatedNode:
         """Cores the batch pods' parent cgroup allows (its cpuset.cpus or CFS quota, as qosd's suppress
         writes them), or None when nothing limits them. Batch pods live under one kube-QoS directory
         per template (``kubepods/besteffort`` for BestEffort ones); the tightest limit of those counts."""
-        limits = []
+        limits: list[float] = []
         parents = {
             p.workload.cgroup_path.rsplit("/", 1)[0] for p in self.running.values() if p.workload.cgroup_path
         }
