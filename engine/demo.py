@@ -323,10 +323,11 @@ SCENARIOS = (
 )
 
 
-def live(load: Load, out: Any = sys.stdout, repeats: int = 3) -> int:
+def live(load: Load, out: Any = None, repeats: int = 3) -> int:
     """Each scenario ``repeats`` times, interleaved (round r starts at scenario r, so a load that
     drifts over the minutes falls on every scenario alike); the medians, the spread, and a verdict
     that says so when the machine is too noisy to conclude."""
+    out = out if out is not None else sys.stdout  # looked up now: a caller may have replaced it
     cg = DemoCgroups()
     cg.remove()
     cg.create()
@@ -351,8 +352,9 @@ def live(load: Load, out: Any = sys.stdout, repeats: int = 3) -> int:
     return 0
 
 
-def simulated(reason: str, out: Any = sys.stdout) -> int:
+def simulated(reason: str, out: Any = None) -> int:
     """No cgroups to manage here: a generated day on a simulated 32-CPU node, through the same engine."""
+    out = out if out is not None else sys.stdout  # looked up now: a caller may have replaced it
     from engine.config.errors import Location
     from engine.config.pipeline import build_policy, load_documents
     from engine.evaluate.engine import Engine

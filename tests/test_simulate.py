@@ -541,7 +541,7 @@ def test_text_output_has_a_timeline_and_a_summary(tmp_path: Path, capsys: pytest
     assert "00:02     fired    memory-evict fired (node.memory.usage_percent = 90% >= 80%): evict" in out
     assert "00:02     evict    memory-evict evicted batch/job-1, batch/job-2" in out
     assert "00:01     risk     SLO risk with reclaim begins: cpu 100.0% > 90%" in out
-    assert "published example.com/batch-cpu 6.0 cores -> 2.0 cores" in out
+    assert "published example.com/batch-cpu 6 cores -> 2 cores" in out
     assert "minutes at SLO risk with reclaim     3 min in 1 episode(s)" in out
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from engine.cli import main as cli_main
+from engine.evaluate.state import EngineState
 from engine.sources.trace import read_trace
 from tests.realcgroup import Subtree, web_and_batch
 
@@ -168,8 +169,9 @@ def _record(time: float) -> dict[str, Any]:
         "apiVersion": "qosd.io/v1alpha1",
         "kind": "Evaluation",
         "time": time,
-        "policy": {"hash": "h", "generation": 1},
+        "policy": {"hash": "0123456789ab", "generation": 1},
         **{key: [] for key in ("fired", "intents", "skipped", "workloadIssues", "operations", "held")},
+        "state": EngineState().to_dict(),
     }
 
 
