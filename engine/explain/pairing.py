@@ -3,7 +3,7 @@ an eviction (audit records carry the results; ``qosd eval`` and ``simulate`` onl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -65,7 +65,8 @@ def intent_result(doc: Mapping[str, Any], intent: Mapping[str, Any]) -> Mapping[
         return None
     op_kind, fields = shape
     rule = (intent.get("provenance") or {}).get("rule")
-    for r in doc.get("results") or ():
+    results: Sequence[Mapping[str, Any]] = doc.get("results") or ()
+    for r in results:
         op = r.get("operation") or {}
         if (
             op.get("kind") == op_kind

@@ -70,7 +70,8 @@ def _trace_path(args: argparse.Namespace) -> Path:
                 else ""
             )
         )
-    return given[0]
+    path: Path = given[0]
+    return path
 
 
 def _run(

@@ -57,11 +57,11 @@ def compare(base: Simulation, new: Simulation) -> dict[str, Any]:
     first = None
     if differing:
         i = differing[0]
-        n = base.numbers[i]
+        offset = base.numbers[i].offset
         first = {
             "tick": i,
-            "offset": n.offset,
-            "clock": clock_text(n.offset),
+            "offset": offset,
+            "clock": clock_text(offset),
             "baselineOnly": only_in(base.decisions[i], new.decisions[i]),
             "newOnly": only_in(new.decisions[i], base.decisions[i]),
         }
