@@ -58,6 +58,7 @@ from engine.features.rules.conditions import (
 )
 from engine.features.specs import action_specs
 from engine.features.suppress import spec as suppress_spec
+from engine.model.intents import STEP_NAMES
 from engine.model.node import NodeInfo
 from engine.model.units import parse_duration, parse_quantity
 
@@ -396,6 +397,13 @@ def _check_enhancement_graph(c: _Checker) -> None:
 def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) -> Rule | None:
     base: JsonPath = ("rules", i)
     before = len(c.problems)
+    if raw.get("name") in STEP_NAMES:
+        c.add(
+            (*base, "name"),
+            f"rule name {raw['name']!r} is taken: {STEP_NAMES[raw['name']]} signs its intents and "
+            "skipped notes with it",
+            "explain and simulate could not tell the rule and the step apart; rename the rule",
+        )
     when = (
         parse_condition(raw.get("when"), (*base, "when"), c.loc, c.class_names, c.problems)
         if "when" in raw

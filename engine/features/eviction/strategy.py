@@ -454,6 +454,7 @@ class Choice:
     rank: int
     ranking: tuple[tuple[str, Any], ...]
     credit: float
+    of: int = 0  # how many eligible candidates were ranked: this victim is rank ``rank`` of ``of``
 
 
 def choose(
@@ -505,7 +506,7 @@ def choose(
         if len(chosen) >= budget or (target is not None and released >= target[0]):
             break
         amount = credit(c, resource, target_kind)
-        chosen.append(Choice(c, i + 1, values, amount))
+        chosen.append(Choice(c, i + 1, values, amount, len(ranked)))
         released += amount
     release = None
     if target is not None:
