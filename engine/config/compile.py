@@ -42,6 +42,7 @@ from engine.features.class_knobs.spec import ClassCpu, ClassMemory, check_class_
 from engine.features.cpu_burst.spec import compile_section as compile_cfs_quota_burst
 from engine.features.eviction import spec as eviction_spec
 from engine.features.eviction.pressure_spec import compile_pressure
+from engine.features.eviction.round_spec import compile_round
 from engine.features.memory_qos import spec as memory_guard_spec
 from engine.features.memory_qos.spec import MemoryQos
 from engine.features.pools.spec import check_pools, compile_pool
@@ -219,6 +220,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
         spec=frozen_spec,
         origin_tree=MappingProxyType(dict(merged.origins)),
         pressure=pressure,
+        eviction=compile_round(spec.get("eviction") or {}),
         weight_formula=(spec.get("cgroup") or {}).get("weightFormula"),
         cfs_quota_burst=cfs_quota_burst,
         cgroup_files=c.cgroup_files,

@@ -1,12 +1,14 @@
 """Layer documents into one effective spec for a node, remembering where every field came from.
 
-Order: built-in defaults < files < custom resources; within a layer, lower spec.priority first, then
-name. Named entries (classes, enhancements, pools, rules) merge by name with field-level overlay:
-mappings merge key by key, lists and scalars replace, and ``unset`` removes inherited fields.
-``enabled: false`` takes an inherited entry out of the effective policy but keeps its fields, so a
-later ``enabled: true`` switches it back on as it was.
-Two documents of one layer with equal priority that can apply to the same node must not set the same
-field to different values: no order between them would be honest, so that is an error.
+Order: built-in defaults < files < custom resources; within a layer, documents that name the node
+(spec.nodeNames) after all others, then lower spec.priority first, then at equal priority documents
+without a nodeSelector before those with one, then name (Katalyst KCC's tiers: node names over label
+selector over global). Named entries (classes, enhancements, pools, rules) merge by name with
+field-level overlay: mappings merge key by key, lists and scalars replace, and ``unset`` removes
+inherited fields. ``enabled: false`` takes an inherited entry out of the effective policy but keeps
+its fields, so a later ``enabled: true`` switches it back on as it was. Two documents of one layer
+with equal priority and tier that can apply to the same node must not set the same field to
+different values: no order between them would be honest, so that is an error.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from typing import Any
 from engine.config.errors import Location, Problem, short
 from engine.config.load import Document, JsonPath, Layer
 from engine.config.schema_check import did_you_mean
-from engine.config.selector import may_overlap
+from engine.config.selector import document_selector, may_overlap
 from engine.config.unset import DEFINITIONS as SECTION_DEFINITIONS
 from engine.config.unset import UNSET, policy_schema, unset_paths
 
 NAMED_SECTIONS = ("classes", "enhancements", "pools", "rules")
-SINGLE_SECTIONS = ("reclaim", "pressure", "cgroup", "cfsQuotaBurst")
+SINGLE_SECTIONS = ("reclaim", "pressure", "eviction", "cgroup", "cfsQuotaBurst")
 SPEC_SCALARS = ("mode", "defaultClass")
-DOC_ONLY = ("priority", "nodeSelector")
+DOC_ONLY = ("priority", "nodeSelector", "nodeNames")
 
 Origins = dict[JsonPath, Location]
 
@@ -55,8 +57,14 @@ class Rendered:
         return p if isinstance(p, int) else 0
 
     @property
-    def sort_key(self) -> tuple[int, int, str]:
-        return (int(self.doc.layer), self.priority, self.doc.name)
+    def tier(self) -> tuple[int, int, int]:
+        """(node-named, priority, label-selected): what orders documents of one layer."""
+        spec = self.spec
+        return (int(bool(spec.get("nodeNames"))), self.priority, int(bool(spec.get("nodeSelector"))))
+
+    @property
+    def sort_key(self) -> tuple[int, tuple[int, int, int], str]:
+        return (int(self.doc.layer), self.tier, self.doc.name)
 
     def locate(self, path: JsonPath) -> Location:
         return self.doc.locate(path)
@@ -349,9 +357,9 @@ def conflicts(rendered: list[Rendered], check_selectors: bool) -> list[Problem]:
     ``check_selectors`` is True when the documents were not already filtered for one node.
     """
     problems: list[Problem] = []
-    groups: dict[tuple[Layer, int], list[Rendered]] = {}
+    groups: dict[tuple[Layer, tuple[int, int, int]], list[Rendered]] = {}
     for r in rendered:
-        groups.setdefault((r.doc.layer, r.priority), []).append(r)
+        groups.setdefault((r.doc.layer, r.tier), []).append(r)
     for group in groups.values():
         if len(group) < 2:
             continue
@@ -362,7 +370,7 @@ def conflicts(rendered: list[Rendered], check_selectors: bool) -> list[Problem]:
                 if a.doc is b.doc:
                     continue
                 if check_selectors and not may_overlap(
-                    a.spec.get("nodeSelector"), b.spec.get("nodeSelector")
+                    document_selector(a.spec), document_selector(b.spec)
                 ):
                     continue
                 problems.extend(_pair_conflicts(a, flat[i], b, flat[j]))

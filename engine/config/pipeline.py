@@ -32,7 +32,7 @@ from engine.config.merge import Merged, Rendered, Unanchored, conflicts, merge
 from engine.config.policy import Policy
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
-from engine.config.selector import matches
+from engine.config.selector import NODE_NAME_LABEL, document_selector, matches
 from engine.config.unset import has_unset, unset_problems
 from engine.model.node import NodeInfo
 from engine.resources import API_VERSION, bundled_policy_files, data_dir
@@ -108,7 +108,15 @@ def document_from_object(obj: Mapping[str, Any], layer: Layer = Layer.CR) -> Doc
 
 def _selector(doc: Document) -> Any:
     spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
-    return spec.get("nodeSelector") if isinstance(spec, dict) else None
+    return document_selector(spec)
+
+
+def selection_labels(node: NodeInfo) -> Mapping[str, str]:
+    """The labels documents are selected by: the node's, with the reserved node-name label (a value
+    already there, as in validate's variants, is kept)."""
+    if NODE_NAME_LABEL in node.labels:
+        return node.labels
+    return {**node.labels, NODE_NAME_LABEL: node.name}
 
 
 def applies_to(doc: Document, labels: Mapping[str, str]) -> bool:
@@ -163,6 +171,16 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
                 "selectors decide which node renders the document",
             )
         )
+    spec = doc.data.get("spec")
+    if isinstance(spec, dict) and "nodeNames" in spec and "nodeSelector" in spec:
+        problems.append(
+            Problem(
+                doc.locate(("spec", "nodeNames")),
+                "a document selects nodes by nodeNames or by nodeSelector, not both",
+                "keep nodeNames to pin it to named nodes (it then outranks label-selected documents), "
+                "or nodeSelector (Katalyst KCC refuses a config with both, too)",
+            )
+        )
     data, render_problems = render_document(doc, node.template_context())
     problems.extend(render_problems)
     if render_problems:
@@ -205,8 +223,9 @@ def build_policy(docs: list[Document], node: NodeInfo) -> Policy:
 def _build_policy(docs: list[Document], node: NodeInfo) -> tuple[Policy, tuple[Unanchored, ...]]:
     problems: list[Problem] = []
     rendered: list[Rendered] = []
+    labels = selection_labels(node)
     for doc in docs:
-        if not applies_to(doc, node.labels):
+        if not applies_to(doc, labels):
             continue
         r, p = prepare(doc, node)
         problems.extend(p)
@@ -329,12 +348,15 @@ def _validate(docs: list[Document], node: NodeInfo | None, notes: list[Problem] 
     if node is None:
         problems.extend(conflicts(rendered_all, check_selectors=True))
     else:
+        labels = selection_labels(node)
         problems.extend(
-            conflicts([r for r in rendered_all if applies_to(r.doc, node.labels)], check_selectors=False)
+            conflicts([r for r in rendered_all if applies_to(r.doc, labels)], check_selectors=False)
         )
     if problems:
         return _unique(problems)
-    variants = [dict(node.labels)] if node is not None else label_variants(docs, base_node.labels)
+    variants = (
+        [dict(selection_labels(node))] if node is not None else label_variants(docs, base_node.labels)
+    )
     if not variants:
         variants = [dict(base_node.labels)] + [_satisfying(d, base_node.labels) for d in docs]
     seen: set[tuple[int, ...]] = set()

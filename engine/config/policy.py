@@ -19,6 +19,7 @@ from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
 from engine.features.cpu_burst.spec import CfsQuotaBurstSpec
 from engine.features.eviction.pressure_spec import Pressure
+from engine.features.eviction.round_spec import EvictionRound
 from engine.features.pools.spec import Pool
 from engine.features.reclaim.spec import Reclaim
 from engine.features.rules.conditions import Condition
@@ -314,6 +315,7 @@ class Policy:
     origin_tree: Mapping[JsonPath, Location]
     generation: int = 0
     pressure: Pressure = field(default_factory=Pressure)
+    eviction: EvictionRound = field(default_factory=EvictionRound)
     # spec.cgroup.weightFormula: how cpu.shares become cpu.weight; None: the default formula.
     weight_formula: WeightFormula | None = None
     # spec.cfsQuotaBurst when enabled: Koordinator's CFS quota burst (engine/features/cpu_burst).

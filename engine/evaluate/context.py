@@ -102,6 +102,7 @@ class Generation:
     reclaimed_classes: frozenset[str]
     numa_pressure_rules: frozenset[str]  # rules that read the NUMA watermark counter's facts
     system_pressure_rules: frozenset[str]  # rules that read the system memory pressure facts
+    pool_load_rules: frozenset[str] = frozenset()  # rules that read the shared-pool load facts
 
 
 @dataclass(frozen=True)

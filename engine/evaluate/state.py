@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from engine.features.cpu_burst.limiter import Bucket
+from engine.features.eviction.pool_load import NO_POOL_LOAD, PoolLoadState
 from engine.features.reclaim.report import ReportHistory
 from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.resources import data_dir
@@ -68,12 +69,14 @@ class PressureState:
     pod average) started holding, Katalyst's "since". ``system_met_at``: the last tick at which system
     memory pressure was met (the MemoryPressure condition's transition period counts from it).
     ``tolerance``: rule -> pod key -> since when that reclaimed pod is squeezed beyond its
-    suppression tolerance (Katalyst's per-pod timers)."""
+    suppression tolerance (Katalyst's per-pod timers). ``pool_load``: the shared pools' load rings
+    (Katalyst's cpu-pressure-load-plugin)."""
 
     numa: Mapping[str, NumaCounter] = field(default_factory=dict)
     psi_since: float | None = None
     system_met_at: float | None = None
     tolerance: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    pool_load: PoolLoadState = NO_POOL_LOAD
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -85,6 +88,8 @@ class PressureState:
             out["systemMetAt"] = self.system_met_at
         if self.tolerance:
             out["tolerance"] = {rule: dict(pods) for rule, pods in self.tolerance.items() if pods}
+        if self.pool_load.at is not None:
+            out["poolLoad"] = self.pool_load.to_dict()
         return out
 
     @classmethod
@@ -98,6 +103,7 @@ class PressureState:
                 str(rule): {str(pod): float(t) for pod, t in (pods or {}).items()}
                 for rule, pods in (data.get("tolerance") or {}).items()
             },
+            pool_load=PoolLoadState.from_dict(data.get("poolLoad") or {}),
         )
 
 

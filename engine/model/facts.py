@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.model.node import NodeInfo, node_from_snapshot
+from engine.model.podsums import fill_from_containers
 from engine.model.units import parse_duration
 
 FactMap = Mapping[str, Any]
@@ -104,7 +105,8 @@ class Workload:
     containers: tuple[Container, ...] = ()
     # spec.terminationGracePeriodSeconds: what an eviction asking for "the pod's own" grace gets
     termination_grace_seconds: int | None = None
-    # status.startTime in seconds since the epoch (None: unknown); the fact pod.start_time_seconds
+    # status.startTime in seconds since the epoch (None: unknown): the fact pod.start_time_seconds,
+    # and where the ramp-up of a new shared pod counts from
     start_time: float | None = None
 
     @cached_property
@@ -248,11 +250,14 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
     topology = Topology(cpus, numa_memory)
     workloads = tuple(_workload(w) for w in data.get("workloads") or [])
     m = data.get("metrics") or {}
+    pods = {k: flatten_metrics(v) for k, v in (m.get("pods") or {}).items()}
+    containers = {k: flatten_metrics(v) for k, v in (m.get("containers") or {}).items()}
+    pods.update(fill_from_containers(workloads, pods, containers))
     metrics = Metrics(
         node=MappingProxyType(flatten_metrics(m.get("node"))),
         numa={int(k): MappingProxyType(flatten_metrics(v)) for k, v in (m.get("numa") or {}).items()},
-        pods={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("pods") or {}).items()},
-        containers={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("containers") or {}).items()},
+        pods={k: MappingProxyType(v) for k, v in pods.items()},
+        containers={k: MappingProxyType(v) for k, v in containers.items()},
         classes={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("classes") or {}).items()},
         windows=tuple(m.get("windows") or ()),
     )

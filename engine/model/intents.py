@@ -121,6 +121,10 @@ class EvictIntent:
     provenance: Provenance
     # How the pod is removed (evict.killer): "evictionAPI" (PDBs respected) or "delete".
     killer: str = "evictionAPI"
+    # evict.soft: one of the tick's soft candidates (spec.eviction.softCandidates keeps one);
+    # evict.scope: the scope the rule nominated it under.
+    soft: bool = False
+    scope: str | None = None
 
     kind = "evict"
 
@@ -140,6 +144,8 @@ class EvictIntent:
             "release": self.release.to_dict() if self.release else None,
             "gracePeriodSeconds": self.grace_period_seconds,
             "killer": self.killer,
+            "soft": self.soft,
+            "scope": self.scope,
             "provenance": self.provenance.to_dict(),
         }
 

@@ -56,6 +56,7 @@ from engine.features.eviction.spec import EvictSpec
 from engine.features.memory_qos.spec import MemoryGuardSpec
 from engine.features.rules.conditions import comparisons
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
+from engine.model.podsums import fill_from_containers
 from engine.sources.cgroupfs import (
     NUMA_STAT,
     CgroupMetrics,
@@ -530,6 +531,8 @@ class NodeCollector:
                     cf = per_cgroup.get(c.cgroup_path) if c.cgroup_path else None
                     if cf is not None:
                         containers[f"{w.uid}/{c.name}"] = dict(cf) if copy_containers else cf
+                if facts is None:  # the pod's own cgroup was not read: its containers' sum
+                    pods.update(fill_from_containers((w,), pods, containers))
         used = node.get("cpu.usage_cores")
         if used is not None and workloads:
             node["cpu.system_usage_cores"] = max(used - pod_usage, 0.0)

@@ -16,6 +16,7 @@ from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
 from engine.features.eviction import allocatable
 from engine.features.eviction.allocatable_spec import RequestOverAllocatable
+from engine.features.eviction.pool_load import HARD, pod_history
 from engine.features.eviction.pressure import (
     MEMORY_ENHANCEMENT,
     BeCpu,
@@ -27,6 +28,7 @@ from engine.features.eviction.pressure import (
 from engine.features.eviction.spec import (
     BeSatisfaction,
     EvictSpec,
+    PoolLoad,
     ReclaimedOvercommit,
     RssOveruse,
     SuppressionTolerance,
@@ -37,6 +39,7 @@ from engine.features.eviction.strategy import (
     Candidate,
     TriggerResult,
     choose,
+    critical_left_out,
     eligible,
     numa_usage_key,
     on_numa,
@@ -44,6 +47,7 @@ from engine.features.eviction.strategy import (
     rss_overuse_trigger,
     satisfaction_trigger,
     tolerance_trigger,
+    with_numa_usage,
 )
 from engine.features.eviction.tolerance import ReclaimPoolSupply
 from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
@@ -65,7 +69,9 @@ def evict(ctx: ActionContext) -> bool:
     limit_values = [v for v in (spec.max_per_round, rule.per_round) if v is not None]
     # These triggers set the release target themselves.
     has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction | RequestOverAllocatable)
-    limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
+    # A soft rule nominates every pod that qualifies; the soft round keeps one of all of them.
+    unbounded = has_target or spec.soft
+    limit = min(limit_values) if limit_values else (math.inf if unbounded else 1)
     # Per matched NUMA node without a release target: one victim each (Katalyst's TopN=1),
     # all of them together within maxPerRound.
     per_group = limit if has_target or rule.scope != "numa" else 1
@@ -104,6 +110,10 @@ def evict(ctx: ActionContext) -> bool:
         pool = [c for c in candidates if c.workload.uid not in picked]
         if numa_scoped and key is not None:
             pool = _on_numa(ctx, spec.victims, pool, key)
+        for c, why in critical_left_out(pool, spec.victims):
+            if c.workload.uid not in picked:
+                picked.add(c.workload.uid)  # said once per firing
+                ctx.skip(f"{c.workload.key} is kubelet-critical ({why}): never an eviction victim")
         trigger = (
             known
             if known is not None
@@ -137,9 +147,11 @@ def evict(ctx: ActionContext) -> bool:
                     grace_period_seconds=spec.grace_period_seconds,
                     provenance=ctx.provenance(key, facts, latched, inputs),
                     killer=spec.killer,
+                    soft=spec.soft,
+                    scope=spec.scope,
                 )
             )
-            if not audit:
+            if not audit and not spec.soft:  # a soft nomination leaves the pod to force rules
                 t.round.chosen[w.uid] = rule.name
             new += 1
     return new > 0
@@ -157,7 +169,7 @@ def _on_numa(ctx: ActionContext, victims: Victims, pool: list[Candidate], numa: 
             f"(pod fact {numa_usage_key(numa)}); every candidate was considered"
         )
         return pool
-    return kept
+    return with_numa_usage(kept, numa)
 
 
 def _by_class(ctx: ActionContext, victims: Victims) -> tuple[Workload, ...]:
@@ -270,6 +282,8 @@ def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence
         return _tolerance(ctx, spec, eligible_pool)
     if isinstance(spec, ReclaimedOvercommit):
         return _overcommit(ctx, spec, eligible_pool)
+    if isinstance(spec, PoolLoad):
+        return _pool_load(ctx, eligible_pool)
     if isinstance(spec, RequestOverAllocatable):
         # The check guarantees maxPriority; the sum covers every pod of the band, opted in or not.
         published = ctx.snap.allocatable.get(spec.extended)
@@ -277,6 +291,27 @@ def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence
             spec, ctx.snap.workloads, eligible_pool, published, victims.max_priority or 0
         )
     return _satisfaction(ctx, victims, spec, [c.workload for c in eligible_pool])
+
+
+def _pool_load(ctx: ActionContext, pool: Sequence[Candidate]) -> TriggerResult:
+    """Katalyst's load-pressure victims: the candidates with a container in the hard pool, the
+    highest sum of their load samples first (ties by name)."""
+    inputs = ctx.tick.pressure_inputs.get("pool_load") or {}
+    plan = ctx.tick.pool_plan
+    hard = inputs.get("pool") if inputs.get("met") == HARD else None
+    if not hard or plan is None:
+        met = inputs.get("met", "none")
+        return TriggerResult(False, {"met": met, "reason": "no pool meets the hard bound"})
+    members = {uid for (uid, _), name in plan.assignments.items() if name == hard}
+    state = ctx.tick.pressure.pool_load
+    scored = sorted(
+        ((pod_history(state, c.workload.uid), c) for c in pool if c.workload.uid in members),
+        key=lambda sc: (-sc[0], sc[1].workload.name),
+    )
+    order = tuple(c.workload.uid for _, c in scored)
+    allowed = {c.workload.uid: {"loadSamplesSum": load} for load, c in scored}
+    verdict: Mapping[str, Any] = next((v for v in inputs.get("pools", ()) if v.get("pool") == hard), {})
+    return TriggerResult(bool(order), {**verdict, "met": HARD}, allowed, order)
 
 
 def _effects(ctx: ActionContext, w: Workload) -> Effects:

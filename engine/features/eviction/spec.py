@@ -143,7 +143,22 @@ class BeSatisfaction:
         return max(self.window, self.collect_interval)
 
 
-Trigger = RssOveruse | SuppressionTolerance | ReclaimedOvercommit | BeSatisfaction | RequestOverAllocatable
+@dataclass(frozen=True)
+class PoolLoad:
+    """Katalyst's cpu-pressure-load-plugin victims: pods of the pool spec.pressure.poolLoad found
+    hard, highest summed load samples first."""
+
+    kind: ClassVar[str] = "poolLoad"
+
+
+Trigger = (
+    RssOveruse
+    | SuppressionTolerance
+    | ReclaimedOvercommit
+    | BeSatisfaction
+    | RequestOverAllocatable
+    | PoolLoad
+)
 
 
 def trigger_of(raw: Mapping[str, Any]) -> Trigger | None:
@@ -168,6 +183,8 @@ def trigger_of(raw: Mapping[str, Any]) -> Trigger | None:
             ),
             skip_zero=frozenset(cfg.get("skipZero") or ()),
         )
+    if kind == "poolLoad":
+        return PoolLoad()
     if kind == "beSatisfaction":
         usage = cfg.get("usageThresholdPercent")
         return BeSatisfaction(
@@ -205,6 +222,8 @@ class EvictSpec:
     max_per_round: int | None = None
     grace_period_seconds: int | None = None
     killer: str = DEFAULT_KILLER
+    soft: bool = False  # a soft candidate: one pod of all soft rules' victims per tick
+    scope: str | None = None
 
     @property
     def ranking(self) -> tuple[str, ...]:
@@ -222,6 +241,8 @@ def compile_spec(raw: Mapping[str, Any]) -> EvictSpec:
         max_per_round=raw.get("maxPerRound"),
         grace_period_seconds=raw.get("gracePeriodSeconds"),
         killer=str(raw.get("killer", DEFAULT_KILLER)),
+        soft=bool(raw.get("soft", False)),
+        scope=str(raw["scope"]) if "scope" in raw else ("soft" if raw.get("soft") else None),
     )
 
 
@@ -345,7 +366,7 @@ def _check_trigger(c: Checker, p: JsonPath, params: Mapping[str, Any], when: Con
             "while it does not hold, and stale timers would evict at once when it holds again",
             "remove the rule's `when`: the trigger itself decides (Katalyst runs the check every round)",
         )
-    own_order = ("suppressionTolerance", "reclaimedOvercommit", RequestOverAllocatable.kind)
+    own_order = ("suppressionTolerance", "reclaimedOvercommit", RequestOverAllocatable.kind, "poolLoad")
     if any(k in trigger for k in own_order) and "orderBy" in params:
         kind = next(iter(trigger))
         c.add(
