@@ -42,15 +42,14 @@ from engine.daemon.wiring import (
 from engine.evaluate.state import state_from_json
 from engine.model.intents import CgroupIntent
 from engine.model.operations import Operation, WriteCgroup
-from tests.realcgroup import Subtree, real_subtree
+from tests.realcgroup import Subtree, web_and_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def tree() -> Iterator[Subtree]:
-    with real_subtree(children=("web", "batch"), sleeper="batch") as t:
-        t.spawn("web", ["sleep", "300"])
+    with web_and_batch() as t:
         yield t
 
 

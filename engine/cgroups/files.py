@@ -126,7 +126,7 @@ class ValueFormat:
     lo: int = 0
     hi: int = 0
     words: tuple[str, ...] = ()
-    kind: str = "integer"  # integer | cpulist | cpu.max
+    kind: str = "integer"  # integer | cpulist | cpu.max | words
     amount: bool = True  # holds an amount of CPU or memory, so a percent of one can size it
 
     def problem(self, text: str) -> str | None:
@@ -134,6 +134,8 @@ class ValueFormat:
         after :func:`to_host`'s translation) accepts it."""
         if text in self.words:
             return None
+        if self.kind == "words":
+            return "it is none of the words listed"
         if self.kind == "cpulist":
             return _cpulist_problem(text)
         if self.kind == "cpu.max":
@@ -248,11 +250,14 @@ def burst_problem(values: Mapping[str, str]) -> str | None:
     return None
 
 
-def value_problem(file: str, text: str, node: NodeInfo | None = None) -> str | None:
+def value_problem(
+    file: str, text: str, node: NodeInfo | None = None, declared: Mapping[str, ValueFormat] | None = None
+) -> str | None:
     """Why ``text`` cannot be written to the logical ``file``, or None when it can (or when no
-    format is known for the file). With ``node``, a cpuset must also stay within the node's CPUs
+    format is known for the file). ``declared`` adds the formats of the policy's own files
+    (engine/cgroups/declared.py). With ``node``, a cpuset must also stay within the node's CPUs
     and NUMA nodes (the kernel refuses any other: EINVAL)."""
-    fmt = VALUE_FORMATS.get(file)
+    fmt = VALUE_FORMATS.get(file) or (declared.get(file) if declared else None)
     if fmt is None:
         return None
     bad = fmt.problem(text)

@@ -8,6 +8,7 @@ All problems are collected before raising, so one run reports everything.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Callable, Iterable
@@ -15,23 +16,22 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, overload
 
+from engine.cgroups.declared import NO_FILES, compile_files
 from engine.cgroups.files import VALUE_FORMATS, burst_problem, value_problem
 from engine.cgroups.paths import cgroup_path_problem
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath, json_path
+from engine.config.matchers import check_matchers, compile_matcher
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
 from engine.config.policy import (
     EFFECTS,
     Action,
     DocumentRef,
     Enhancement,
-    JsonKeyMatch,
-    Matcher,
     OomPriority,
     Policy,
     QoSClass,
     Rule,
-    StringMatch,
     ValueSource,
     freeze,
 )
@@ -59,6 +59,7 @@ from engine.features.rules.conditions import (
 )
 from engine.features.specs import action_specs
 from engine.features.suppress import spec as suppress_spec
+from engine.model.intents import STEP_NAMES
 from engine.model.node import NodeInfo
 from engine.model.units import parse_duration, parse_quantity
 
@@ -107,6 +108,7 @@ class _Checker:
         self.pools = {p["name"]: p for p in self.spec.get("pools", [])}
         self.class_names = tuple(self.classes)
         self.action_specs = action_specs((self.spec.get("cgroup") or {}).get("weightFormula"))
+        self.cgroup_files = NO_FILES  # spec.cgroup.files, compiled before the rules that write them
 
     def loc(self, path: JsonPath) -> Location:
         loc = self.merged.locate(path)
@@ -185,6 +187,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
     pressure = compile_pressure(c, spec.get("pressure") or {})
     cfs_quota_burst = compile_cfs_quota_burst(c, spec.get("cfsQuotaBurst") or {})
     mode = str(spec.get("mode", "enforce"))
+    c.cgroup_files = compile_files(c, spec.get("cgroup") or {})
     rules = [_compile_rule(c, i, raw, mode) for i, raw in enumerate(spec.get("rules", []))]
     memory_guard_spec.check_one_reclaim_root(
         c,
@@ -220,45 +223,11 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
         eviction=compile_round(spec.get("eviction") or {}),
         weight_formula=(spec.get("cgroup") or {}).get("weightFormula"),
         cfs_quota_burst=cfs_quota_burst,
+        cgroup_files=c.cgroup_files,
     )
 
 
 # ---------------------------------------------------------------- classes
-
-
-def _string_match(raw: Any) -> StringMatch:
-    if isinstance(raw, str):
-        return StringMatch(any_of=frozenset([raw]))
-    if isinstance(raw, list):
-        return StringMatch(any_of=frozenset(raw))
-    return StringMatch(
-        any_of=frozenset(raw["in"]) if "in" in raw else None,
-        none_of=frozenset(raw["notIn"]) if "notIn" in raw else None,
-        exists=raw.get("exists"),
-    )
-
-
-def _matcher(raw: dict[str, Any]) -> Matcher:
-    qos = raw.get("kubeQoS")
-    prio = raw.get("priority") or {}
-    return Matcher(
-        annotations=tuple((k, _string_match(v)) for k, v in (raw.get("annotations") or {}).items()),
-        labels=tuple((k, _string_match(v)) for k, v in (raw.get("labels") or {}).items()),
-        json_annotations=tuple(
-            JsonKeyMatch(
-                j["annotation"],
-                j["key"],
-                _string_match(j["value"]) if "value" in j else StringMatch(exists=True),
-            )
-            for j in raw.get("jsonAnnotations") or []
-        ),
-        kube_qos=frozenset([qos] if isinstance(qos, str) else qos) if qos else None,
-        priority_class=_string_match(raw["priorityClassName"]) if "priorityClassName" in raw else None,
-        priority_min=prio.get("gte"),
-        priority_max=prio.get("lte"),
-        namespaces=_string_match(raw["namespaces"]) if "namespaces" in raw else None,
-        cgroup_path=raw.get("cgroupPath"),
-    )
 
 
 def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
@@ -268,12 +237,13 @@ def _compile_class(c: _Checker, i: int, raw: dict[str, Any]) -> QoSClass | None:
     oom = raw.get("oomPriority") or {}
     check_class_knobs(c, base, raw)
     check_class_resctrl(c, base, resctrl)
+    check_matchers(c, base, raw)
     if "before" in raw:
         c.ref((*base, "before"), raw["before"], c.classes, "class")
     return QoSClass(
         name=raw["name"],
         index=i,
-        matchers=tuple(_matcher(m) for m in raw.get("match") or []),
+        matchers=tuple(compile_matcher(m) for m in raw.get("match") or []),
         cpu_policy=cpu.get("policy"),
         pool=cpu.get("pool"),
         requires=tuple(cpu.get("requires") or ()),
@@ -429,6 +399,13 @@ def _check_enhancement_graph(c: _Checker) -> None:
 def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) -> Rule | None:
     base: JsonPath = ("rules", i)
     before = len(c.problems)
+    if raw.get("name") in STEP_NAMES:
+        c.add(
+            (*base, "name"),
+            f"rule name {raw['name']!r} is taken: {STEP_NAMES[raw['name']]} signs its intents and "
+            "skipped notes with it",
+            "explain and simulate could not tell the rule and the step apart; rename the rule",
+        )
     when = (
         parse_condition(raw.get("when"), (*base, "when"), c.loc, c.class_names, c.problems)
         if "when" in raw
@@ -544,10 +521,20 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> st
     so that it cannot fail every tick at write time. The text checked is the text written: the knob
     compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
     tick time. Returns the text when it is valid."""
+    declared = c.cgroup_files.formats
+    if file not in VALUE_FORMATS and file not in declared:
+        close = difflib.get_close_matches(file, [*VALUE_FORMATS, *declared], n=1, cutoff=0.6)
+        c.add(
+            path,
+            f"cgroup file {file!r} is neither built in nor declared",
+            (f"did you mean {close[0]!r}? " if close else "")
+            + "declare a file qosd does not know under spec.cgroup.files, with its values",
+        )
+        return None
     if isinstance(knob, dict) and "sum" in knob:
         return None  # the sum of the containers' values, each checked where it is given
     if isinstance(knob, dict) and ("percent" in knob or "expr" in knob):
-        fmt = VALUE_FORMATS.get(file)
+        fmt = VALUE_FORMATS.get(file) or declared.get(file)
         if "percent" in knob and fmt is not None and not fmt.amount:
             c.add(
                 (*path, "percent"),
@@ -560,7 +547,7 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> st
     if text is None:
         return None
     text = text.strip()
-    bad = value_problem(file, text, c.node)
+    bad = value_problem(file, text, c.node, declared)
     if bad:
         hint = (
             "the kernel refuses a cpuset outside the node's (and the parent's); "

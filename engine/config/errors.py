@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 if TYPE_CHECKING:
+    from engine.cgroups.declared import DeclaredFiles
     from engine.config.load import JsonPath
     from engine.model.node import NodeInfo
 
@@ -114,6 +115,7 @@ class Checker(Protocol):
     enhancements: dict[str, Any]  # name -> raw enhancement section
     pools: dict[str, Any]  # name -> raw pool section
     node: NodeInfo  # the node the policy is compiled for
+    cgroup_files: DeclaredFiles  # spec.cgroup.files, once compiled (before the rules)
 
     def loc(self, path: JsonPath) -> Location:
         """Where ``path`` (under spec) was written, for a problem's ``related`` locations and origins."""

@@ -166,6 +166,21 @@ def atomic(path: JsonPath, current: Any, value: Any) -> bool:
     return len(path) >= 2 and path[-2] in KNOB_PARENTS and isinstance(value, dict)
 
 
+# Reclaim policies sharing parameters: Koordinator's three formulas take the same margin.
+_RECLAIM_FAMILY = {"usage": "margin", "request": "margin", "maxUsageRequest": "margin"}
+
+
+def switches_formula(base: JsonPath, path: JsonPath, current: dict[str, Any], value: dict[str, Any]) -> bool:
+    """An overlay that moves ``spec.reclaim.<resource>`` to a policy of another family replaces the
+    whole section: Koordinator's formulas (usage, request, maxUsageRequest) share
+    reclaimThresholdPercent and requestAsUsage, while headroom and free have parameters of their
+    own, and one family's would be refused, or silently meaningless, under another."""
+    if base[-1:] != ("reclaim",) or len(path) != 1 or "policy" not in value:
+        return False
+    old, new = str(current.get("policy", "usage")), str(value["policy"])
+    return _RECLAIM_FAMILY.get(old, old) != _RECLAIM_FAMILY.get(new, new)
+
+
 def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, rel: JsonPath = ()) -> None:
     """Field-level overlay of ``over`` onto ``entry.data`` at ``rel``; lists, scalars and unions replace.
     At the entry's top, its ``unset`` paths are removed first (engine/config/unset.py)."""
@@ -180,7 +195,12 @@ def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, r
     for key, value in over.items():
         path = (*rel, key)
         current = target.get(key)
-        if isinstance(value, dict) and isinstance(current, dict) and not atomic(path, current, value):
+        if (
+            isinstance(value, dict)
+            and isinstance(current, dict)
+            and not atomic(path, current, value)
+            and not switches_formula(base, path, current, value)
+        ):
             entry.origins[path] = _origins_of(r, (*base, *path), value)[0][1]  # the mapping's own key
             _overlay(entry, value, r, base, path)
             continue

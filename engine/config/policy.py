@@ -13,6 +13,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from engine.cgroups.declared import NO_FILES, DeclaredFiles
 from engine.cgroups.weight import WeightFormula
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
@@ -82,6 +83,43 @@ class JsonKeyMatch:
 
 
 @dataclass(frozen=True)
+class ResourceMatch:
+    """A bound on what a pod requests of one resource (the sum over its app containers, 0 when
+    none): every given bound must hold; ``exists`` true means a request above 0, false none."""
+
+    resource: str
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+    exists: bool | None = None
+
+    def test(self, value: float) -> bool:
+        if self.exists is not None and (value > 0) != self.exists:
+            return False
+        if self.gt is not None and not value > self.gt:
+            return False
+        if self.gte is not None and not value >= self.gte:
+            return False
+        if self.lt is not None and not value < self.lt:
+            return False
+        return not (self.lte is not None and not value <= self.lte)
+
+    def empty(self) -> str | None:
+        """Why no request can ever match, or None."""
+        lo = max((b for b in (self.gt, self.gte) if b is not None), default=None)
+        hi = min((b for b in (self.lt, self.lte) if b is not None), default=None)
+        strict = (self.gt is not None and self.gt == lo) or (self.lt is not None and self.lt == hi)
+        if lo is not None and hi is not None and (lo > hi or (lo == hi and strict)):
+            return f"no request is above {lo:g} and below {hi:g} at once"
+        if self.exists is False and lo is not None and lo >= 0:
+            return "exists: false means a request of 0, which the lower bound excludes"
+        if self.exists and hi is not None and hi <= 0:
+            return "exists: true means a request above 0, which the upper bound excludes"
+        return None
+
+
+@dataclass(frozen=True)
 class Matcher:
     """All present fields must hold (a class matches when any of its matchers holds)."""
 
@@ -94,6 +132,7 @@ class Matcher:
     priority_max: int | None = None
     namespaces: StringMatch | None = None
     cgroup_path: str | None = None
+    requests: tuple[ResourceMatch, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -281,6 +320,8 @@ class Policy:
     weight_formula: WeightFormula | None = None
     # spec.cfsQuotaBurst when enabled: Koordinator's CFS quota burst (engine/features/cpu_burst).
     cfs_quota_burst: CfsQuotaBurstSpec | None = None
+    # spec.cgroup.files: cgroup files declared beyond the built-in list
+    cgroup_files: DeclaredFiles = NO_FILES
     class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)
     enhancement_index: Mapping[str, Enhancement] = field(
         default_factory=lambda: EMPTY, compare=False, init=False

@@ -195,7 +195,10 @@ def _to_problem(err: ValidationError, locate: Locator) -> Problem:
             f"{short(instance)} is not one of {', '.join(map(str, options))}",
             hint,
         )
-    if validator_kw == "pattern" and "propertyNames" in err.absolute_schema_path:
+    names = validator_kw == "pattern" and "propertyNames" in err.absolute_schema_path
+    if names and schema.get("description"):
+        return Problem(locate((*path, str(instance)), True), f"{instance!r} is not {schema['description']}")
+    if names:
         return Problem(
             locate((*path, str(instance)), True),
             f"{instance!r} is neither all/any/not nor a fact name",

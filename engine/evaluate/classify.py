@@ -15,7 +15,16 @@ from fnmatch import fnmatchcase
 from types import MappingProxyType
 from typing import Any
 
-from engine.config.policy import Effects, Enhancement, JsonKeyMatch, Matcher, Policy, QoSClass, StringMatch
+from engine.config.policy import (
+    Effects,
+    Enhancement,
+    JsonKeyMatch,
+    Matcher,
+    Policy,
+    QoSClass,
+    ResourceMatch,
+    StringMatch,
+)
 from engine.features.class_knobs.knobs import align_oom_priority
 from engine.model.facts import Workload
 
@@ -91,6 +100,12 @@ def _compile_matcher(m: Matcher) -> Test:
     if m.cgroup_path is not None:
         pattern = m.cgroup_path
         tests.append(lambda w, _j: fnmatchcase(w.cgroup_path, pattern))
+    for rm in m.requests:
+
+        def request_test(w: Workload, _j: _JsonCache, rm: ResourceMatch = rm) -> bool:
+            return rm.test(w.request(rm.resource))
+
+        tests.append(request_test)
     return lambda w, j: all(t(w, j) for t in tests)
 
 

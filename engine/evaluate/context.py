@@ -23,7 +23,8 @@ from engine.features.class_knobs.current import knob_key, read_current
 from engine.features.cpu_burst.limiter import Bucket
 from engine.features.eviction.strategy import Round
 from engine.features.pools.strategy import PoolPlan
-from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
+from engine.features.reclaim.report import ReportHistory
+from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.features.rules.compiler import CompiledRule, observe
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import Intent, Provenance

@@ -349,6 +349,8 @@ class FactViews:
         }
         if cls.class_name is not None:
             static["class"] = cls.class_name
+        if w.start_time is not None:
+            static["start_time_seconds"] = w.start_time
         for resource, key in (("cpu", "cpu.limit_cores"), ("memory", "memory.limit_bytes")):
             limit = w.limit(resource)
             if limit is not None:

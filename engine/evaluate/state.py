@@ -20,7 +20,8 @@ from jsonschema.exceptions import best_match
 
 from engine.features.cpu_burst.limiter import Bucket
 from engine.features.eviction.pool_load import NO_POOL_LOAD, PoolLoadState
-from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
+from engine.features.reclaim.report import ReportHistory
+from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.resources import data_dir
 
 EMPTY_F: Mapping[str, float] = MappingProxyType({})

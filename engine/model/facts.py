@@ -105,7 +105,8 @@ class Workload:
     containers: tuple[Container, ...] = ()
     # spec.terminationGracePeriodSeconds: what an eviction asking for "the pod's own" grace gets
     termination_grace_seconds: int | None = None
-    # status.startTime, Unix seconds: the ramp-up of a new shared pod counts from it
+    # status.startTime in seconds since the epoch (None: unknown): the fact pod.start_time_seconds,
+    # and where the ramp-up of a new shared pod counts from
     start_time: float | None = None
 
     @cached_property

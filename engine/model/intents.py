@@ -12,6 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+STEP_NAMES: Mapping[str, str] = {
+    "classes": "the class knobs step of spec.classes",
+    "pools": "the CPU pool step of spec.pools",
+    "resctrl": "the resctrl step of the classes' resctrl sections and the setResctrl groups",
+}
+"""The names under which engine steps (not rules) sign their intents and skipped notes, and what each
+is. A rule may not take one of these names (the compiler refuses it), so ``qosd explain`` and the
+simulate timeline can attribute a note to the step that wrote it instead of to a rule that does not
+exist."""
+
+
+def step_description(name: str) -> str | None:
+    """What wrote a provenance or skipped note of this name when it is an engine step, else None."""
+    return STEP_NAMES.get(name)
+
 
 @dataclass(frozen=True)
 class Observation:

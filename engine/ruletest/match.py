@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.errors import short
-from engine.explain.units import human_bytes
-from engine.model.units import parse_cpuset, parse_quantity
+from engine.model.units import human_bytes, parse_cpuset, parse_quantity
 
 OPERATORS = frozenset(
     {"approx", "tolerance", "gt", "gte", "lt", "lte", "contains", "matches", "oneOf", "absent", "cpuset"}

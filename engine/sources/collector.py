@@ -66,6 +66,7 @@ from engine.sources.cgroupfs import (
     parse_numa_stat,
 )
 from engine.sources.files import PinnedReader, Reader, TickReader
+from engine.sources.kubelet import CPU_MANAGER_STATE, CpuManagerState
 from engine.sources.procfs import ProcSource, psi_facts
 from engine.sources.sysfs import TopologySource
 
@@ -299,6 +300,8 @@ class CollectorOptions:
     # v2 cgroup whose PSI is node.workload_psi.* (Katalyst's --workload-path, kubepods/burstable)
     workload_psi_cgroup: str | None = None
     windows: frozenset[WindowSpec] = field(default_factory=frozenset)  # used until use_policy
+    # the kubelet's CPU manager checkpoint: node.kubelet.cpu_manager_policy, while the policy reads it
+    cpu_manager_state: Path = CPU_MANAGER_STATE
 
 
 class NodeCollector:
@@ -351,6 +354,7 @@ class NodeCollector:
         # The memory guard's reclaim root, whose memory.numa_stat gives the NUMA fact
         # memory.reclaimed_usage_bytes; None while no memoryGuard action is in the policy.
         self._reclaim_root: str | None = None
+        self._cpu_manager: CpuManagerState | None = None  # while the policy reads the fact
         self._started = monotonic()
         self._usage_at: float | None = None  # last tick with node CPU and memory usage sampled
         self.observer = Observer(cgroup, self.reader, options.observe_every, observe)
@@ -386,6 +390,8 @@ class NodeCollector:
                     needs.add("cgroup_psi")
                 if c.spec.scope in ("pod", "container") and path == "cpu.throttled_ratio":
                     needs.add("throttling")
+                if c.spec.scope == "node" and path == "kubelet.cpu_manager_policy":
+                    needs.add("cpu_manager")
         burst = policy.cfs_quota_burst
         own: set[WindowSpec] = set()
         if burst is not None:  # the CFS quota burst reads each container's usage and throttling
@@ -393,6 +399,12 @@ class NodeCollector:
             if burst.window:
                 own.add(WindowSpec("node", "cpu.usage_cores", "avg", burst.window))
         self._needs = frozenset(needs)
+        helds = [r.free.held for r in (policy.reclaim.cpu, policy.reclaim.memory) if r and r.free]
+        wants_manager = "cpu_manager" in needs or any(h and h.cpu_manager_policy for h in helds)
+        if not wants_manager:
+            self._cpu_manager = None
+        elif self._cpu_manager is None:
+            self._cpu_manager = CpuManagerState(self.options.cpu_manager_state)
         self._configure(windows_of(policy) | self.options.windows | frozenset(extra) | frozenset(own))
 
     def _configure(self, windows: frozenset[WindowSpec]) -> None:
@@ -488,6 +500,10 @@ class NodeCollector:
         topology = topo.topology
         node, numa = self.proc.sample(topology)
         node["reclaim.metrics_age_seconds"] = self._metrics_age(node, now)
+        if self._cpu_manager is not None:
+            manager = self._cpu_manager.policy(now)
+            if manager is not None:
+                node["kubelet.cpu_manager_policy"] = manager
         if self._reclaim_root is not None:
             self._reclaimed_usage(self._reclaim_root, numa)
         if self.options.workload_psi_cgroup is not None and self.cgroup.version == 2:

@@ -27,12 +27,12 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 
 from engine.cgroups.paths import Driver, container_path, pod_path
+from engine.kube.apicall import parse_time
 from engine.kube.objects import resource_list, str_map
 from engine.kube.reflector import Reflector, resource_version_of
 from engine.model.facts import Container, Workload
@@ -190,20 +190,8 @@ def workload_from_pod(pod: Mapping[str, Any], driver: Driver, problems: list[str
         cgroup_path=cgroup,
         containers=tuple(containers),
         termination_grace_seconds=grace if isinstance(grace, int) and not isinstance(grace, bool) else None,
-        start_time=_start_time(status.get("startTime")),
+        start_time=parse_time(status.get("startTime")),
     )
-
-
-def _start_time(value: Any) -> float | None:
-    """status.startTime (RFC 3339, e.g. 2026-11-26T07:00:00Z) as Unix seconds; None if absent or
-    unreadable (the pod is then placed in its pool without a ramp-up)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
 
 
 # ------------------------------------------------------------------------------------------ source

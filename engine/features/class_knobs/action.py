@@ -70,7 +70,7 @@ def _values(
             continue
         if value is None:
             continue
-        bad = value_problem(file, value.strip(), ctx.snap.node)
+        bad = value_problem(file, value.strip(), ctx.snap.node, ctx.env.policy.cgroup_files.formats)
         if bad:  # an expression's result; literal values were checked at validation
             ctx.skip(f"{path}/{file}: {bad}")
             continue
@@ -88,8 +88,11 @@ def _emit(
         burst_file = "cpu.cfs_burst_us" if "cpu.cfs_burst_us" in values else "cpu.max.burst"
         ctx.skip(f"{path}/{burst_file}: {bad}")
         del values[burst_file]
+    declared = ctx.env.policy.cgroup_files
     for file, value in values.items():
-        ctx.tick.intents.append(CgroupIntent(path, file, value, w.key if w else None, provenance))
+        # a declared file under its name on this node's cgroup version (built-in names pass)
+        host = declared.host(file, ctx.snap.cgroup_version)
+        ctx.tick.intents.append(CgroupIntent(path, host, value, w.key if w else None, provenance))
     return bool(values)
 
 

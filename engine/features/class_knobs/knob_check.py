@@ -194,7 +194,7 @@ def _try_expression(
         if text is None or not file:
             continue
         yielded += 1
-        bad = value_problem(file, text.strip(), c.node)
+        bad = value_problem(file, text.strip(), c.node, c.cgroup_files.formats)
         if bad and (constant or not _is_number(text.strip())):
             refused.append(bad)
     if refused and len(refused) == yielded:

@@ -81,7 +81,6 @@ def evict(ctx: ActionContext) -> bool:
     pending = {uid: rec.credit for uid, rec in t.evicting.items()}
     new = 0
     groups: list[tuple[str | None, Any, list[Candidate], bool]] = []
-    considered = len(ctx.snap.workloads)
     known: TriggerResult | None = None
     if rule.scope in ("pod", "container"):
         seen: dict[str, Candidate] = {}
@@ -90,7 +89,6 @@ def evict(ctx: ActionContext) -> bool:
                 seen[w.uid] = candidate(ctx, w)
         key, facts, _, latched = matched[0]
         groups.append((key, facts, list(seen.values()), latched))
-        considered = len(seen)
     else:
         workloads = _by_class(ctx, spec.victims)
         if isinstance(trigger_spec, BeSatisfaction):
@@ -129,12 +127,13 @@ def evict(ctx: ActionContext) -> bool:
         choices, release = choose(pool, spec, scope_facts, pending, t.round, cap, trigger)
         left -= len(choices)
         picked.update(c.candidate.workload.uid for c in choices)
-        common = _common_inputs(ctx, spec, key, considered, trigger)
+        common = _common_inputs(ctx, spec, key, trigger)
         for choice in choices:
             w = choice.candidate.workload
-            inputs = common
+            # candidates: the eligible pods this victim was ranked among (not every pod of the node)
+            inputs = {**common, "candidates": choice.of}
             if trigger is not None and trigger.allowed is not None:
-                inputs = {**common, "trigger": {**common["trigger"], "pod": trigger.allowed.get(w.uid)}}
+                inputs["trigger"] = {**common["trigger"], "pod": trigger.allowed.get(w.uid)}
             t.intents.append(
                 EvictIntent(
                     uid=w.uid,
@@ -247,12 +246,12 @@ def _gate(ctx: ActionContext, spec: Trigger, workloads: tuple[Workload, ...]) ->
 
 
 def _common_inputs(
-    ctx: ActionContext, spec: EvictSpec, key: str | None, candidates: int, trigger: TriggerResult | None
+    ctx: ActionContext, spec: EvictSpec, key: str | None, trigger: TriggerResult | None
 ) -> dict[str, Any]:
     """Provenance inputs shared by one group's victims: ranking, the pressure decision the rule
     tested (Katalyst's counter or system pressure), and the trigger's terms."""
     t = ctx.tick
-    inputs: dict[str, Any] = {"candidates": candidates}
+    inputs: dict[str, Any] = {}
     if trigger is not None and trigger.order is not None and spec.trigger is not None:
         inputs["order"] = f"trigger {spec.trigger.kind}"
     else:

@@ -22,6 +22,7 @@ from engine.features.eviction.pressure import (
     satisfaction_config_error,
 )
 from engine.features.rules.conditions import Condition, comparisons, scope_of
+from engine.model import factnames
 from engine.model.units import parse_duration, parse_quantity
 
 DEFAULT_ORDER = ("class", "priority", "-memory.usage")
@@ -63,13 +64,17 @@ class Victims:
 
 @dataclass(frozen=True)
 class ReleaseSpec:
-    """How much to release (``release``): down to ``lower_percent`` of the scope, or ``amount``."""
+    """How much to release (``release``): down to ``lower_percent`` of the scope, or ``amount``.
+    ``rounding`` is how the percent gap is taken (``floor``: Koordinator's whole percents;
+    ``exact``: on the exact usage); ``excess_percent`` releases that much more than the target."""
 
     resource: str = "memory"
     lower_percent: float | None = None
     amount: float | None = None
     amount_text: str = ""  # as written, for the formula in provenance
     target: str = "usage"  # what a victim's eviction is credited with: its usage or its request
+    rounding: str = "floor"
+    excess_percent: float = 0.0
 
     @property
     def has_target(self) -> bool:
@@ -84,6 +89,8 @@ class ReleaseSpec:
             amount=parse_quantity(amount) if amount is not None else None,
             amount_text=str(amount) if amount is not None else "",
             target=str(raw.get("target", "usage")),
+            rounding=str(raw.get("rounding", "floor")),
+            excess_percent=float(raw.get("excessPercent", 0.0)),
         )
 
 
@@ -268,21 +275,85 @@ def check(c: Checker, p: JsonPath, params: Mapping[str, Any], when: Condition | 
                 f"class {name!r} is protected and can never be an eviction victim",
                 "remove it from victims.classes, or set protected: false on the class",
             )
-    lower = (params.get("release") or {}).get("lowerPercent")
-    if lower is not None:
-        triggers = [
-            cmp
-            for cmp in comparisons(when)
-            if cmp.fact.endswith("usage_percent") and cmp.op in ("gte", "gt") and cmp.value <= lower
-        ]
-        for cmp in triggers:
+    _check_release(c, p, params.get("release") or {}, when)
+    _check_release_modifiers(c, p, params)
+    _check_order(c, p, params.get("orderBy") or ())
+
+
+def _check_order(c: Checker, p: JsonPath, order_by: Any) -> None:
+    """A ``pod.<fact>`` key must name a pod fact of the facts schema (the schema checks only its
+    shape); a typo would otherwise rank every pod as "missing" and silently keep the input order."""
+    registry = factnames.registry()
+    for j, key in enumerate(order_by):
+        name = str(key).lstrip("-")
+        if not name.startswith("pod."):
+            continue
+        ref = registry.resolve(name)
+        if ref is None or ref.spec.scope != "pod":
+            close = [n for n in registry.suggest(name) if n.startswith("pod.")]
             c.add(
-                (*p, "release", "lowerPercent"),
-                f"release.lowerPercent {lower} is not below the trigger threshold "
-                f"{cmp.fact} {cmp.op} {cmp.value}",
-                "eviction releases down to lowerPercent; at or above the threshold it would release "
-                f"nothing (Koordinator uses threshold - 2, e.g. {cmp.value - 2})",
+                (*p, "orderBy", j),
+                f"orderBy key {key!r} names no pod fact",
+                f"did you mean {close[0]!r}?" if close else "`qosd schema facts --names` lists the pod facts",
             )
+
+
+def _check_release(c: Checker, p: JsonPath, release: Mapping[str, Any], when: Condition | None) -> None:
+    """release.lowerPercent must leave the trigger's condition false once released. Under ``gte v``
+    that needs lowerPercent < v; under a strict ``gt v`` releasing to exactly v is enough, but only
+    with exact arithmetic: floored to whole percents, a usage of 50.7% against ``gt: 50`` would
+    release capacity x (50 - 50) / 100 = 0 while the rule keeps firing."""
+    lower = release.get("lowerPercent")
+    if lower is None:
+        return
+    exact = release.get("rounding") == "exact"
+    for cmp in comparisons(when):
+        if not cmp.fact.endswith("usage_percent") or cmp.op not in ("gte", "gt"):
+            continue
+        if cmp.op == "gt" and cmp.value == lower and exact:
+            continue
+        if cmp.value > lower:
+            continue
+        if cmp.op == "gt" and cmp.value == lower:
+            hint = (
+                "with a strict threshold, releasing to exactly the threshold needs exact arithmetic: "
+                "add release.rounding: exact (whole percents would release nothing between "
+                f"{cmp.value}% and {cmp.value + 1}%), or lower lowerPercent"
+            )
+        else:
+            hint = (
+                "eviction releases down to lowerPercent; at or above the threshold it would release "
+                f"nothing (Koordinator uses threshold - 2, e.g. {cmp.value - 2})"
+            )
+        c.add(
+            (*p, "release", "lowerPercent"),
+            f"release.lowerPercent {lower} is not below the trigger threshold "
+            f"{cmp.fact} {cmp.op} {cmp.value}",
+            hint,
+        )
+
+
+def _check_release_modifiers(c: Checker, p: JsonPath, params: Mapping[str, Any]) -> None:
+    """rounding shapes a lowerPercent gap and excessPercent scales a target: without one they
+    would be silently ignored."""
+    release = params.get("release") or {}
+    if "rounding" in release and "lowerPercent" not in release:
+        c.add(
+            (*p, "release", "rounding"),
+            "release.rounding applies to release.lowerPercent, which this evict action does not set",
+            "add lowerPercent, or remove rounding",
+        )
+    has_target = "lowerPercent" in release or "amount" in release or "beSatisfaction" in (
+        params.get("trigger") or {}
+    )
+    if release.get("excessPercent") and not has_target:
+        c.add(
+            (*p, "release", "excessPercent"),
+            "release.excessPercent scales a release target, but this evict action has none "
+            "(no lowerPercent, no amount, no trigger that computes one), so it evicts up to "
+            "maxPerRound pods whatever the excess",
+            "add release.lowerPercent or release.amount, or remove excessPercent",
+        )
 
 
 def _check_trigger(c: Checker, p: JsonPath, params: Mapping[str, Any], when: Condition | None) -> None:

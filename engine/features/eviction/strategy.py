@@ -17,6 +17,7 @@ does the usual accounting.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,6 +105,42 @@ ORDER_KEYS: Mapping[str, KeyFn] = {
 }
 
 
+def _uses(resource: str) -> KeyFn:
+    def uses(c: Candidate) -> int:
+        return int(
+            any(
+                x.get(resource, 0.0) > 0
+                for ct in c.workload.containers
+                if not ct.init
+                for x in (ct.requests, ct.limits)
+            )
+        )
+
+    return uses
+
+
+@functools.cache
+def order_key(key: str) -> KeyFn:
+    """The value function of one orderBy key (without its '-'): a named key of ORDER_KEYS, any pod
+    fact (``pod.<fact>``: its value as the pod's facts hold it, missing ranks first), a pod's request
+    of any resource (``request(<resource>)``, 0 when it requests none) or whether it uses one at all
+    (``uses(<resource>)``: 1 when a container requests or limits it, else 0). The schema and the
+    evict check have vetted the key."""
+    named = ORDER_KEYS.get(key)
+    if named is not None:
+        return named
+    if key.startswith("pod."):
+        fact = key[len("pod.") :]
+        return lambda c: c.facts.get(fact)
+    fn, _, rest = key.partition("(")
+    resource = rest[:-1]
+    if fn == "request":
+        return lambda c: c.workload.request(resource)
+    if fn == "uses":
+        return _uses(resource)
+    raise ValueError(f"unknown orderBy key {key!r}")
+
+
 
 def _sortable(value: Any, descending: bool) -> tuple[Any, ...]:
     """Missing values sort first; strings reverse by negated code points (with an end marker)."""
@@ -121,7 +158,7 @@ def rank(
     keys = [(k.lstrip("-"), k.startswith("-")) for k in order_by]
     scored = []
     for c in candidates:
-        values = tuple((name, ORDER_KEYS[name](c)) for name, _ in keys)
+        values = tuple((name, order_key(name)(c)) for name, _ in keys)
         sort_key = tuple(_sortable(v, desc) for (_, v), (_, desc) in zip(values, keys, strict=True))
         scored.append((sort_key, c.workload.uid, c, values))
     scored.sort(key=lambda s: (s[0], s[1]))
@@ -248,8 +285,11 @@ def credit(c: Candidate, resource: str, target: str) -> float:
 def release_target(release: ReleaseSpec, scope_facts: Any) -> tuple[float, str, dict[str, Any]] | None:
     """How much to release, the formula in words, and its inputs; None when the rule sets no target.
 
-    lowerPercent follows Koordinator's integer arithmetic: usage% = floor(used * 100 / capacity),
-    release = capacity * (usage% - lower) / 100.
+    lowerPercent with ``rounding: floor`` follows Koordinator's integer arithmetic: usage% =
+    floor(used * 100 / capacity), release = capacity * (usage% - lower) / 100. With ``rounding:
+    exact`` the gap is taken on the exact usage: release = used - capacity * lower / 100, so a
+    strict threshold (``gt: 50``) can be released down to exactly 50%. ``excessPercent`` is
+    applied by :func:`with_excess`, to whichever target the rule ends up with.
     """
     resource = release.resource
     if release.amount is not None:
@@ -260,16 +300,43 @@ def release_target(release: ReleaseSpec, scope_facts: Any) -> tuple[float, str, 
         return None
     usage_key, _, capacity_keys = RESOURCE_FACTS[resource]
     capacity = next((scope_facts.get(k) for k in capacity_keys.split(",") if scope_facts.get(k)), None)
+    if not capacity:
+        return None
+    used = scope_facts.get(usage_key)
     percent = scope_facts.get(f"{resource}.usage_percent")
-    if percent is None and capacity:
-        used = scope_facts.get(usage_key)
-        percent = math.floor(used * 100 / capacity) if used is not None else None
-    if not capacity or percent is None:
+    if release.rounding == "exact":
+        if used is None and percent is not None:
+            used = capacity * percent / 100.0
+        if used is None:
+            return None
+        target = max(used - capacity * lower / 100.0, 0.0)
+        formula = f"{_plain(used)} - {_plain(capacity)} * {_plain(lower)} / 100"
+        inputs = {"capacity": capacity, "used": used, "lowerPercent": lower, "rounding": "exact"}
+        return target, formula, inputs
+    if percent is None and used is not None:
+        percent = math.floor(used * 100 / capacity)
+    if percent is None:
         return None
     percent = math.floor(percent)
     target = max(capacity * (percent - lower) / 100.0, 0.0)
     formula = f"{_plain(capacity)} * ({percent} - {_plain(lower)}) / 100"
     return target, formula, {"capacity": capacity, "usagePercent": percent, "lowerPercent": lower}
+
+
+def with_excess(
+    target: tuple[float, str, dict[str, Any]], excess_percent: float
+) -> tuple[float, str, dict[str, Any]]:
+    """The target raised by ``excessPercent`` (release X% more than the gap), formula and inputs
+    extended; unchanged at 0."""
+    if not excess_percent:
+        return target
+    amount, formula, inputs = target
+    factor = 1.0 + excess_percent / 100.0
+    return (
+        amount * factor,
+        f"({formula}) * (1 + {_plain(excess_percent)} / 100)",
+        {**inputs, "excessPercent": excess_percent, "beforeExcess": amount},
+    )
 
 
 def _plain(x: float) -> str:
@@ -449,6 +516,7 @@ class Choice:
     rank: int
     ranking: tuple[tuple[str, Any], ...]
     credit: float
+    of: int = 0  # how many eligible candidates were ranked: this victim is rank ``rank`` of ``of``
 
 
 def choose(
@@ -485,6 +553,8 @@ def choose(
         if trigger is not None and trigger.target is not None
         else release_target(release_spec, scope_facts)
     )
+    if target is not None:
+        target = with_excess(target, release_spec.excess_percent)
     if trigger is not None and trigger.order is not None:
         position = {uid: i for i, uid in enumerate(trigger.order)}
         ordered = sorted(fresh, key=lambda c: position[c.workload.uid])
@@ -498,7 +568,7 @@ def choose(
         if len(chosen) >= budget or (target is not None and released >= target[0]):
             break
         amount = credit(c, resource, target_kind)
-        chosen.append(Choice(c, i + 1, values, amount))
+        chosen.append(Choice(c, i + 1, values, amount, len(ranked)))
         released += amount
     release = None
     if target is not None:

@@ -13,23 +13,26 @@ colocation is disabled.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 from engine.config.policy import Policy
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import ACTIVE_PHASES
+from engine.features.eviction.tolerance import ReclaimPoolSupply
+from engine.features.reclaim.free import FreePod, free_reclaimable
 from engine.features.reclaim.headroom import DEDICATED_CORES, RECLAIMED_CORES, SHARED_CORES, SYSTEM_CORES
+from engine.features.reclaim.report import ReportHistory, bound, report
 from engine.features.reclaim.spec import PublishSpec, ReclaimResource
 from engine.features.reclaim.strategy import (
     Demand,
     PodUse,
     Reclaimable,
-    ReportHistory,
     headroom_reclaimable,
     reclaimable,
-    report,
 )
+from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
 from engine.model.facts import EMPTY
 from engine.model.intents import NodeIntent
 
@@ -140,6 +143,60 @@ def reserve_cpus(ctx: ActionContext) -> int | None:
     return len(frozenset().union(*pools)) if pools else None
 
 
+def free_pods(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[FreePod]:
+    """Each active pod's request and usage, whether it is reclaimed and whether its requests are
+    held whole (spec.free.heldRequests' kube QoS)."""
+    usage_key, request_key = USE_FACTS[resource]
+    reclaimed = ctx.env.reclaimed_classes
+    held = spec.free.held if spec.free is not None else None
+    out = []
+    for w in ctx.snap.workloads:
+        if w.phase not in ACTIVE_PHASES:
+            continue
+        facts = ctx.views.pod(w)
+        usage = facts.get(usage_key)
+        out.append(
+            FreePod(
+                float(facts.get(request_key, 0.0)),
+                None if usage is None else float(usage),
+                facts.get("class") in reclaimed,
+                held is not None and w.kube_qos in held.kube_qos,
+            )
+        )
+    return out
+
+
+def reclaim_pool(ctx: ActionContext) -> ReclaimPoolSupply | None:
+    """The reclaim pool as Katalyst's GetReclaimMetrics reads it: its CPUs (the collector's count,
+    else this tick's reclaim pools), their busy share, the reclaim cgroup's usage (else the
+    reclaimed pods' usage) and CFS quota. None when the busy share or the pool is unknown."""
+    node = ctx.views.node
+    busy = node.get("reclaim.pool_usage_cores")
+    cpus = node.get("reclaim.pool_cpus")
+    plan = ctx.tick.pool_plan
+    if cpus is None and plan is not None:
+        kinds = ctx.env.policy.pool_index
+        pools = [c for name, c in plan.pools.items() if name in kinds and kinds[name].kind == "reclaim"]
+        cpus = len(frozenset().union(*pools)) if pools else None
+    if busy is None or cpus is None:
+        return None
+    cgroup = node.get("reclaim.cgroup_usage_cores")
+    if cgroup is None:
+        reclaimed = ctx.env.reclaimed_classes
+        cgroup = sum(
+            float(ctx.views.pod(w).get("cpu.usage_cores", 0.0))
+            for w in ctx.snap.workloads
+            if w.phase in ACTIVE_PHASES and ctx.views.pod(w).get("class") in reclaimed
+        )
+    return ReclaimPoolSupply(
+        int(cpus),
+        float(busy),
+        float(cgroup),
+        float(node.get("reclaim.cfs_quota_us", UNSET_QUOTA)),
+        float(node.get("reclaim.cfs_period_us", CFS_PERIOD_US)),
+    )
+
+
 def publish(ctx: ActionContext) -> bool:
     resource = ctx.spec_as(PublishSpec).resource
     reclaim = ctx.env.policy.reclaim
@@ -170,15 +227,33 @@ def publish(ctx: ActionContext) -> bool:
             scale,
             reserve_cpus(ctx),
         )
+    elif spec.policy == "free":
+        manager = node.get("kubelet.cpu_manager_policy")
+        result = free_reclaimable(
+            resource,
+            spec,
+            node,
+            free_pods(ctx, resource, spec),
+            manager_policy=None if manager is None else str(manager),
+            pool=reclaim_pool(ctx) if spec.free is not None and spec.free.of == "reclaimPool" else None,
+            metrics_age=age,
+            degrade_after=reclaim.degrade_after,
+            last_report=history.reported,
+        )
     else:
         result = reclaimable(resource, spec, node, pod_uses(ctx, resource, spec), age, reclaim.degrade_after)
     value = result.value
     formula = result.formula
+    inputs = result.inputs
     if value is None or not reclaim.enabled:
         t.reports.pop(spec.publish_as, None)  # withdrawn or disabled: smoothing starts afresh
     else:
-        value, t.reports[spec.publish_as], steps = report(value, spec, history, t.now)
-        formula = "; ".join([formula, *steps])
+        value, reported, steps = report(value, spec, history, t.now)
+        value, bounded, caps = bound(resource, value, spec, node)
+        # What the Node is told is what util-based headroom builds on next time.
+        t.reports[spec.publish_as] = replace(reported, reported=value)
+        formula = "; ".join([formula, *steps, *bounded])
+        inputs = {**inputs, **caps}
     params_out = {
         "resource": spec.publish_as,
         "reclaims": resource,
@@ -186,5 +261,5 @@ def publish(ctx: ActionContext) -> bool:
         "unit": "cores" if resource == "cpu" else "bytes",
         "formula": formula,
     }
-    t.intents.append(NodeIntent("publish", MappingProxyType(params_out), ctx.node_provenance(result.inputs)))
+    t.intents.append(NodeIntent("publish", MappingProxyType(params_out), ctx.node_provenance(inputs)))
     return True

@@ -4,7 +4,7 @@ Usage-based, from what non-reclaimed containers are estimated to need (their usa
 never below what they could burst to in the next minutes) and from what the reclaim pool actually
 supplies. The functions are pure and return every intermediate term, because the engine records
 them as the provenance of the published value. Smoothing and the report rules (minStep, maxStep,
-reservedForReport, minReport, minIgnored) are ``engine.features.reclaim.strategy.report``: call it on the
+reservedForReport, minReport, minIgnored) are ``engine.features.reclaim.report.report``: call it on the
 value computed here.
 
 Units: CPU in cores (float), memory in bytes.

@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.config.errors import Checker, short
 from engine.config.load import JsonPath
+from engine.features.reclaim.headroom import UtilOptions
 from engine.features.rules.conditions import WINDOW_HINT, window_problem
 
 
@@ -63,6 +64,34 @@ class ReclaimHeadroom:
 
 
 @dataclass(frozen=True)
+class HeldRequests:
+    """Pods whose requests are held whole by the kubelet (exclusive CPUs of the static CPU manager):
+    their idle requested share cannot be lent. ``cpu_manager_policy``: only while the node's
+    kubelet runs this CPU manager policy (node.kubelet.cpu_manager_policy); None: always."""
+
+    kube_qos: frozenset[str] = frozenset({"Guaranteed"})
+    cpu_manager_policy: str | None = None
+
+
+@dataclass(frozen=True)
+class ReclaimFree:
+    """The `free` reclaim policy: what a base leaves unused, times a ratio.
+
+    ``of`` is allocatable or capacity (node usage counts as used) or reclaimPool (the reclaim pool's
+    CPUs, its busy share counts as used, its cgroup's CFS quota caps the result). Reclaimed pods'
+    own usage is not counted as used (``reclaimed_usage`` exclude): they run on what is published.
+    ``held`` adds the idle part of held requests; ``rounding`` floors or ceils the result."""
+
+    of: str = "allocatable"
+    ratio: float = 1.0
+    reclaimed_usage: str = "exclude"
+    held: HeldRequests | None = None
+    rounding: str = "none"
+    # utilBased: oversell from the last report while reclaimed pods under-use the offer
+    util_based: UtilOptions | None = None
+
+
+@dataclass(frozen=True)
 class ReclaimResource:
     policy: str
     threshold_percent: float | None
@@ -80,6 +109,7 @@ class ReclaimResource:
     # usage policy: classes whose request, not usage, counts as used (Koordinator: LSE lends no CPU).
     request_as_usage: frozenset[str] = frozenset()
     headroom: ReclaimHeadroom | None = None  # set when policy is "headroom"
+    free: ReclaimFree | None = None  # set when policy is "free"
 
 
 DEFAULT_MAX_INTERVAL = 300.0  # Koordinator's updateTimeThresholdSeconds
@@ -212,6 +242,7 @@ def compile_reclaim(c: Checker, raw: dict[str, Any]) -> Reclaim:
                 "set policy: headroom, or remove the headroom section",
             )
         headroom = compile_headroom(c, res, base, r.get("headroom") or {}) if policy == "headroom" else None
+        free = compile_free(c, res, base, policy, r)
         resources[res] = ReclaimResource(
             policy=policy,
             threshold_percent=r.get("reclaimThresholdPercent"),
@@ -228,6 +259,7 @@ def compile_reclaim(c: Checker, raw: dict[str, Any]) -> Reclaim:
             max_step=steps["maxStep"],
             request_as_usage=frozenset(r.get("requestAsUsage") or ()),
             headroom=headroom,
+            free=free,
         )
     return Reclaim(
         enabled=bool(raw.get("enabled", True)),
@@ -236,6 +268,75 @@ def compile_reclaim(c: Checker, raw: dict[str, Any]) -> Reclaim:
         degrade_after=c.duration(("reclaim", "degradeAfter"), raw.get("degradeAfter")),
         report_interval=c.duration(("reclaim", "reportInterval"), raw.get("reportInterval")),
         update=compile_update(c, raw["update"]) if "update" in raw else None,
+    )
+
+
+def compile_free(
+    c: Checker, res: str, base: JsonPath, policy: str, r: Mapping[str, Any]
+) -> ReclaimFree | None:
+    """The free policy's section, checked where the schema cannot: it belongs to policy free, a
+    reclaim pool holds CPUs only, and held requests are a node-level correction."""
+    raw = r.get("free")
+    if raw is not None and policy != "free":
+        c.add(
+            (*base, "free"),
+            f"reclaim {res} has free parameters but policy {policy!r}",
+            "set policy: free, or remove the free section",
+        )
+    if policy != "free":
+        return None
+    raw = raw or {}
+    if "reclaimThresholdPercent" in r:
+        c.add(
+            (*base, "reclaimThresholdPercent"),
+            f"reclaim {res} policy free takes no reclaimThresholdPercent",
+            "the free policy scales what is left with free.ratio instead of a percent margin",
+        )
+    of = str(raw.get("of", "allocatable"))
+    if of == "reclaimPool" and res != "cpu":
+        c.add(
+            (*base, "free", "of"),
+            "free.of reclaimPool measures the reclaim pool's CPUs; reclaim.memory has no pool",
+            "use of: allocatable or of: capacity for memory",
+        )
+    if res != "cpu" and (raw.get("utilBased") or {}).get("enabled"):
+        c.add(
+            (*base, "free", "utilBased"),
+            "free.utilBased oversells CPU that reclaimed pods leave idle; "
+            "reclaim.memory has no such correction",
+            "remove utilBased from reclaim.memory",
+        )
+    held_raw = raw.get("heldRequests")
+    if held_raw is not None and of == "reclaimPool":
+        c.add(
+            (*base, "free", "heldRequests"),
+            "free.heldRequests corrects node usage for requests held whole; the reclaim pool holds "
+            "no such pods",
+            "remove heldRequests, or use of: allocatable",
+        )
+    held = None
+    if held_raw is not None:
+        qos = held_raw.get("kubeQoS", ["Guaranteed"])
+        held = HeldRequests(
+            frozenset([qos] if isinstance(qos, str) else qos),
+            held_raw.get("cpuManagerPolicy"),
+        )
+    util = raw.get("utilBased") or {}
+    d = UtilOptions()
+    return ReclaimFree(
+        of=of,
+        ratio=float(raw.get("ratio", 1.0)),
+        reclaimed_usage=str(raw.get("reclaimedUsage", "exclude")),
+        held=held,
+        rounding=str(raw.get("rounding", "none")),
+        util_based=UtilOptions(
+            float(util.get("targetUtilization", d.target_utilization)),
+            float(util.get("maxUtilization", d.max_utilization)),
+            float(util.get("maxOversoldRate", d.max_oversold_rate)),
+            float(util.get("maxHeadroomCapacityRate", d.max_headroom_capacity_rate)),
+        )
+        if util.get("enabled")
+        else None,
     )
 
 

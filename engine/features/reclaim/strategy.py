@@ -30,14 +30,15 @@ Katalyst (sysadvisor canonical headroom; katalyst.md sections 2.4, 4.1, 4.2), th
 
 with Katalyst's util-based variants when enabled (``engine.features.reclaim.headroom``).
 
-Either result then goes through ``report``: Katalyst's reporter smoothing and floors. Stale
-metrics (older than degradeAfter) withdraw the resource, as Koordinator's degradation does.
+Either result then goes through ``engine.features.reclaim.report``: Katalyst's reporter smoothing
+and floors, then the bounds. Stale metrics (older than degradeAfter) withdraw the resource, as
+Koordinator's degradation does.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +133,8 @@ def reclaimable(
     metrics_age: float | None,
     degrade_after: float | None,
 ) -> Reclaimable:
-    """Koordinator's usage / request / maxUsageRequest batch resource, then maxPercent, max and min."""
+    """Koordinator's usage / request / maxUsageRequest batch resource. The bounds (maxPercent, max,
+    min) are :func:`bound`'s, applied to whatever a policy reports."""
     if spec.policy not in KOORDINATOR_POLICIES:
         raise ValueError(f"reclaim {resource} policy {spec.policy!r} is not one of Koordinator's formulas")
     stale = _stale(resource, metrics_age, degrade_after)
@@ -212,19 +214,7 @@ def reclaimable(
         "byRequest": by["request"] / s,
         "byMaxUsageRequest": by["maxUsageRequest"] / s,
     }
-    if spec.max_percent is not None:
-        limit = math.trunc(cap * (spec.max_percent / 100.0))
-        inputs["maxPercentCap"] = limit / s
-        if limit < amount:
-            amount = limit
-            steps.append(f"capped at {spec.max_percent:g}% of capacity: {_fmt(amount, s)}")
     value = amount / s
-    if spec.max is not None and value > spec.max:
-        value = spec.max
-        steps.append(f"capped at max {_num(spec.max)}")
-    if spec.min is not None and value < spec.min:
-        value = spec.min
-        steps.append(f"raised to min {_num(spec.min)}")
     return Reclaimable(resource, value, "; ".join(steps), inputs)
 
 
@@ -418,78 +408,6 @@ def _memory_headroom(
         f"{_num(result.max_allocatable)}) = {_num(value)}",
     )
     return Reclaimable("memory", value, "; ".join(steps), inputs)
-
-
-# ------------------------------------------------------------------ reporting
-
-
-@dataclass(frozen=True)
-class ReportHistory:
-    """What the report smoothing remembers per published resource: recent raw values, the last
-    smoothed value (the base of minStep/maxStep) and the last value reported."""
-
-    samples: tuple[tuple[float, float], ...] = ()
-    last: float | None = None
-    reported: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"samples": [list(s) for s in self.samples], "last": self.last, "reported": self.reported}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReportHistory:
-        return cls(
-            tuple((float(a), float(b)) for a, b in data.get("samples") or ()),
-            data.get("last"),
-            data.get("reported"),
-        )
-
-
-AGG: dict[str, Callable[[list[float]], float]] = {
-    "avg": lambda xs: sum(xs) / len(xs),
-    "max": max,
-    "min": min,
-    "last": lambda xs: xs[-1],
-}
-
-
-def report(
-    raw: float, spec: ReclaimResource, history: ReportHistory, now: float
-) -> tuple[float, ReportHistory, list[str]]:
-    """Katalyst's reporter (GenericHeadroomManager.sync, CappedSmoothWindow): the window aggregate of
-    raw values; a change below minStep keeps the last value, one above maxStep moves it by maxStep;
-    then minus reservedForReport; then at least minReport (a floor, 0 included: Katalyst reports
-    minReclaimedResourceForReport even when the headroom is 0); then 0 at or below minIgnored.
-    Returns the reported value, the new history and the steps taken."""
-    steps: list[str] = []
-    samples = history.samples
-    if spec.smoothing_window:
-        samples = (*(s for s in samples if now - s[0] < spec.smoothing_window), (now, raw))
-        aggregate = AGG.get(spec.smoothing_agg, AGG["avg"])
-        value = float(aggregate([v for _, v in samples]))
-        steps.append(f"{spec.smoothing_agg} of {len(samples)} over {spec.smoothing_window:g}s: {_num(value)}")
-    else:
-        value = raw
-    if history.last is not None:
-        delta = value - history.last
-        change = f"change {'+' if delta > 0 else '-'}{_num(abs(delta))}"
-        if spec.min_step is not None and abs(delta) < spec.min_step:
-            value = history.last
-            steps.append(f"{change} below minStep {_num(spec.min_step)}: kept {_num(value)}")
-        elif spec.max_step is not None and abs(delta) > spec.max_step:
-            value = history.last + (spec.max_step if delta > 0 else -spec.max_step)
-            steps.append(f"{change} capped by maxStep {_num(spec.max_step)}: {_num(value)}")
-    smoothed = value
-    if spec.reserved_for_report:
-        value -= spec.reserved_for_report
-        steps.append(f"minus reservedForReport {_num(spec.reserved_for_report)}: {_num(value)}")
-    if spec.min_report is not None and value < spec.min_report:
-        value = spec.min_report
-        steps.append(f"raised to minReport {_num(spec.min_report)}")
-    value = max(value, 0.0)
-    if spec.min_ignored is not None and value <= spec.min_ignored:
-        value = 0.0
-        steps.append(f"<= minIgnored {_num(spec.min_ignored)}: 0")
-    return value, ReportHistory(samples, smoothed, value), steps
 
 
 # ------------------------------------------------------------------ node update gate

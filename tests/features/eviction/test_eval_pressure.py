@@ -25,7 +25,7 @@ from engine.config.pipeline import build_policy, load_documents
 from engine.config.policy import Policy
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
-from engine.features.reclaim.strategy import ReportHistory
+from engine.features.reclaim.report import ReportHistory
 from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import EvictIntent
 from engine.plan.planner import Guards

@@ -28,8 +28,8 @@ from engine.features.reclaim.headroom import (
     memory_util_buffer,
     util_based_cpu_headroom,
 )
+from engine.features.reclaim.report import ReportHistory, report
 from engine.features.reclaim.spec import ReclaimResource
-from engine.features.reclaim.strategy import ReportHistory, report
 
 GiB = 1 << 30
 

@@ -18,16 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.features.reclaim.headroom import DEDICATED_CORES, SHARED_CORES, SYSTEM_CORES
+from engine.features.reclaim.report import ReportHistory, bound, report
 from engine.features.reclaim.spec import ReclaimHeadroom, ReclaimResource
 from engine.features.reclaim.strategy import (
     NOTHING_PUBLISHED,
     Demand,
     PodUse,
     Published,
-    ReportHistory,
     headroom_reclaimable,
     reclaimable,
-    report,
     resource_diff,
     update_due,
 )
@@ -96,8 +95,10 @@ def test_koordinator_batch_cpu(
     policy: str, threshold: float, max_percent: float | None, expected: float, case: str
 ) -> None:
     node = {**CPU_NODE, "cpu.system_usage_cores": 7.0}
-    r = reclaimable("cpu", spec(policy, threshold, max_percent=max_percent), node, CPU_PODS, None, None)
-    assert r.value == pytest.approx(expected), case
+    s = spec(policy, threshold, max_percent=max_percent)
+    r = reclaimable("cpu", s, node, CPU_PODS, None, None)
+    assert r.value is not None
+    assert bound("cpu", r.value, s, node)[0] == pytest.approx(expected), case
 
 
 @pytest.mark.parametrize(
@@ -121,10 +122,10 @@ def test_koordinator_batch_memory(
 ) -> None:
     """Memory has no measured system usage here: node usage minus every pod's usage (55 - 43 = 12G)
     is koordlet's systemUsage, and the margin is int64(120e9 x 0.35) = 42e9 exactly."""
-    r = reclaimable(
-        "memory", spec(policy, threshold, max_percent=max_percent), MEM_NODE, MEM_PODS, None, None
-    )
-    assert r.value == expected * G, case
+    s = spec(policy, threshold, max_percent=max_percent)
+    r = reclaimable("memory", s, MEM_NODE, MEM_PODS, None, None)
+    assert r.value is not None
+    assert bound("memory", r.value, s, MEM_NODE)[0] == expected * G, case
 
 
 def test_koordinator_provenance_inputs() -> None:
@@ -244,8 +245,10 @@ def test_margin_truncates_like_multiply_quant() -> None:
     ],
 )
 def test_caps(kw: dict[str, float], expected: float) -> None:
-    r = reclaimable("cpu", spec("usage", 65, **kw), CPU_NODE, CPU_PODS, None, None)
-    assert r.value == pytest.approx(expected)
+    s = spec("usage", 65, **kw)
+    r = reclaimable("cpu", s, CPU_NODE, CPU_PODS, None, None)
+    assert r.value is not None
+    assert bound("cpu", r.value, s, CPU_NODE)[0] == pytest.approx(expected)
 
 
 def test_stale_metrics_withdraw_the_resource() -> None:
