@@ -18,7 +18,7 @@ from typing import Any, overload
 from engine.cgroups.files import VALUE_FORMATS, burst_problem, value_problem
 from engine.cgroups.paths import cgroup_path_problem
 from engine.config.errors import Location, PolicyError, Problem, short
-from engine.config.load import JsonPath, json_path
+from engine.config.load import JsonPath
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
 from engine.config.policy import (
     EFFECTS,
@@ -107,10 +107,7 @@ class _Checker:
         self.action_specs = action_specs((self.spec.get("cgroup") or {}).get("weightFormula"))
 
     def loc(self, path: JsonPath) -> Location:
-        loc = self.merged.locate(path)
-        if loc.line:
-            return Location(loc.source, loc.line, loc.column, json_path(("spec", *path)))
-        return loc
+        return self.merged.locate(path)  # the writing document's line:col and JSON path
 
     def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None:
         self.problems.append(Problem(self.loc(path), message, hint, tuple(related)))

@@ -6,9 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.argtypes import cgroup_pattern, duration, integer, listen_address, profile
-from engine.config.pipeline import PROFILE_LABEL
-from engine.daemon.wiring import cmd_run
+from engine.argtypes import (
+    add_profile,
+    add_rule_paths,
+    cgroup_pattern,
+    duration,
+    integer,
+    lazy,
+    listen_address,
+)
 
 
 def add_parser(sub: Any) -> None:
@@ -17,22 +23,16 @@ def add_parser(sub: Any) -> None:
         "run",
         help="run the node daemon: observe, evaluate and enforce every tick",
         description=(
-            "The node daemon. Standalone mode (this version): the cgroups under --cgroup-root that the "
-            "workloads file (or the default name mapping, docs/standalone.md) selects are the workloads."
+            "The node daemon. Kubernetes mode in a pod (or with --kubeconfig): the workloads are the pods "
+            "of this node, the policy the built-in layer, the rule files and every QoSPolicy whose "
+            "nodeSelector matches the node (docs/kubernetes.md). Standalone mode (--standalone, or outside "
+            "a pod): the cgroups under --cgroup-root that --root patterns or the --workloads file select "
+            "are the workloads (docs/standalone.md)."
         ),
     )
-    r.add_argument(
-        "--rules",
-        action="append",
-        default=[],
-        type=Path,
-        metavar="PATH",
-        help="rule file or directory (repeatable); re-read when it changes",
-    )
+    add_rule_paths(r, "rule files or directories, over the built-in layer; re-read when they change")
     r.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    r.add_argument(
-        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
-    )
+    add_profile(r)
     r.add_argument(
         "--label",
         action="append",
@@ -54,9 +54,24 @@ def add_parser(sub: Any) -> None:
         default=3,
         help="evictions per tick across all rules (default 3)",
     )
-    r.add_argument("--backend", choices=("python", "durable"), default="python")
-    r.add_argument("--cgroup-root", type=Path, default=Path("/sys/fs/cgroup"))
-    r.add_argument("--resctrl-root", type=Path, default=Path("/sys/fs/resctrl"))
+    r.add_argument(
+        "--backend",
+        choices=("python", "durable"),
+        default="python",
+        help="condition evaluator (default python; durable: the durable-rules worker)",
+    )
+    r.add_argument(
+        "--cgroup-root",
+        type=Path,
+        default=Path("/sys/fs/cgroup"),
+        help="where the cgroup hierarchy is mounted; every write stays under it (default /sys/fs/cgroup)",
+    )
+    r.add_argument(
+        "--resctrl-root",
+        type=Path,
+        default=Path("/sys/fs/resctrl"),
+        help="where resctrl is mounted; without it, RDT actions are skipped (default /sys/fs/resctrl)",
+    )
     r.add_argument("--workloads", type=Path, help="standalone workloads file (schemas/workloads.schema.json)")
     r.add_argument(
         "--root",
@@ -74,7 +89,12 @@ def add_parser(sub: Any) -> None:
         default=":9464",
         help="host:port of /metrics, /healthz, /readyz ('' = off)",
     )
-    r.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    r.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="least severe JSON log line written to stderr (default info)",
+    )
     r.add_argument(
         "--no-watch",
         action="store_true",
@@ -114,4 +134,4 @@ def add_parser(sub: Any) -> None:
         default="60s",
         help="longest wait for the first lists at start, up to 1h (default 60s)",
     )
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=lazy("engine.daemon.wiring", "cmd_run"))

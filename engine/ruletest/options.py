@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.argtypes import run_command
-from engine.ruletest.command import cmd_test
+from engine.argtypes import lazy, run_command
 
 
 def add_parser(sub: Any) -> None:
@@ -25,8 +24,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("paths", nargs="+", type=Path, metavar="SUITE", help="suite files or directories")
     p.add_argument("--run", metavar="REGEX", help="only cases whose name matches this regular expression")
     p.add_argument("--backend", choices=("python", "durable"), default="python", help="condition evaluator")
-    p.add_argument("--output", choices=("text", "json"), default="text")
-    p.set_defaults(func=cmd_test)
+    p.add_argument("--output", choices=("text", "json"), default="text", help="output format (default text)")
+    p.set_defaults(func=lazy("engine.ruletest.command", "cmd_test"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

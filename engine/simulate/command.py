@@ -9,9 +9,12 @@ import sys
 from typing import IO
 
 from engine.config.errors import UsageError
+from engine.config.output import emit
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.plan.planner import Guards
+from engine.resources import DEFAULT_PROFILE
+from engine.simulate.options import PROGRESS_MIN_STEPS
 from engine.simulate.plot import plot, plot_available
 from engine.simulate.report import format_text
 from engine.simulate.result import Options
@@ -25,7 +28,6 @@ from engine.sources.trace import (
     write_trace,
 )
 
-PROGRESS_MIN_STEPS = 200
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
@@ -70,7 +72,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         guards=Guards(dry_run=args.dry_run, eviction_burst=args.eviction_burst),
         risk_cpu_percent=args.risk_cpu,
         risk_memory_percent=args.risk_memory,
-        keep_ticks=args.output == "json",
+        keep_ticks=args.output in ("json", "yaml"),
         progress=progress,
     )
     try:
@@ -90,6 +92,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         json.dump(sim.to_dict(), sys.stdout, default=str, separators=(",", ":"))
         sys.stdout.write("\n")
         sys.stdout.flush()
+    elif args.output == "yaml":
+        emit(json.loads(json.dumps(sim.to_dict(), default=str)), "yaml")
     else:
         text = format_text(sim, timeline=not args.no_timeline)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -120,7 +124,7 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
                 else "(lengthen --step or shorten --hours)"
             )
         )
-    profile = None if args.profile == "default" else args.profile
+    profile = None if args.profile == DEFAULT_PROFILE else args.profile  # katalyst: no label needed
     doc = generate_tidal(
         hours=args.hours,
         step=args.step,
@@ -147,7 +151,7 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
     if args.output_file is None or str(args.output_file) == "-":
         from engine.sources.trace import dump_trace
 
-        sys.stdout.write(dump_trace(doc, args.format or "yaml", comment))
+        sys.stdout.write(dump_trace(doc, "yaml" if args.format in (None, "text") else args.format, comment))
     else:
         write_trace(doc, args.output_file, comment)
         print(f"wrote {len(doc['samples'])} samples to {args.output_file}", file=sys.stderr)
@@ -155,8 +159,11 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_validate(args: argparse.Namespace) -> int:
-    ok = True
-    for path in args.traces:
-        trace = read_trace(path)
-        print(f"valid: {describe(trace)}")
-    return EXIT_OK if ok else EXIT_INVALID
+    described = [describe(read_trace(path)) for path in args.traces]
+    if args.output in ("json", "yaml"):
+        traces = [{"path": str(p), "summary": d} for p, d in zip(args.traces, described, strict=True)]
+        emit({"valid": True, "traces": traces}, args.output)
+    else:
+        for d in described:
+            print(f"valid: {d}")
+    return EXIT_OK

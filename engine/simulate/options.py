@@ -6,12 +6,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from engine.argtypes import duration, integer, number, percent, profile, quantity
-from engine.config.pipeline import PROFILE_LABEL
-from engine.simulate.command import PROGRESS_MIN_STEPS, cmd_simulate, cmd_trace_generate, cmd_trace_validate
-from engine.sources.trace import (
-    GiB,
+from engine.argtypes import (
+    add_output,
+    add_profile,
+    add_rule_paths,
+    duration,
+    integer,
+    lazy,
+    number,
+    percent,
+    profile,
+    quantity,
 )
+
+GiB = float(1 << 30)
+# Traces longer than this show a progress bar on a terminal (simulate.command reads it from here).
+PROGRESS_MIN_STEPS = 200
 
 
 def add_parser(sub: Any) -> None:
@@ -24,25 +34,21 @@ def add_parser(sub: Any) -> None:
             "run closed loop: batch pods start as published capacity allows and leave when evicted."
         ),
     )
-    s.add_argument(
-        "--rules",
-        action="append",
-        default=[],
-        type=Path,
-        metavar="PATH",
-        help="rule file or directory (repeatable); the built-in layer is always loaded first",
-    )
+    add_rule_paths(s, "rule files or directories, over the built-in layer")
     s.add_argument("--trace", required=True, type=Path, help="trace file (.yaml, .json or .jsonl)")
     s.add_argument(
         "--plot", type=Path, metavar="PNG", help="draw utilization, reclaim and evictions to this PNG"
     )
-    s.add_argument("--output", choices=("text", "json"), default="text")
+    add_output(s, what="json/yaml: a Simulation document with every tick's Evaluation")
     s.add_argument("--no-timeline", action="store_true", help="text output: the summary only")
     s.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
+    add_profile(s)
     s.add_argument(
-        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
+        "--backend",
+        choices=("python", "durable"),
+        default="python",
+        help="condition evaluator (default python; durable: the durable-rules worker)",
     )
-    s.add_argument("--backend", choices=("python", "durable"), default="python")
     s.add_argument("--dry-run", action="store_true", help="plan no operations (nothing is published either)")
     s.add_argument(
         "--eviction-burst",
@@ -71,7 +77,7 @@ def add_parser(sub: Any) -> None:
         help=f"progress bar on stderr (default: when stderr is a terminal and the trace has "
         f"more than {PROGRESS_MIN_STEPS} samples)",
     )
-    s.set_defaults(func=cmd_simulate)
+    s.set_defaults(func=lazy("engine.simulate.command", "cmd_simulate"))
 
     t = sub.add_parser("trace", help="generate or check simulation traces")
     tsub = t.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
@@ -93,20 +99,29 @@ def add_parser(sub: Any) -> None:
     )
     g.add_argument(
         "--profile",
-        choices=("koordinator", "default"),
+        type=profile,
         default="koordinator",
-        help="bundled profile the node is labelled for (default koordinator)",
+        help="bundled profile the node is labelled for: koordinator (default) or katalyst (no label)",
     )
     g.add_argument("--name", help="metadata.name of the trace")
-    g.add_argument("--format", choices=("yaml", "json", "jsonl"), help="stdout format (files: by suffix)")
     g.add_argument(
         "-o",
+        "--output",
+        "--format",
+        dest="format",
+        choices=("yaml", "json", "jsonl", "text"),
+        help="stdout format: yaml (also: text), json or jsonl (files: by suffix)",
+    )
+    g.add_argument(
         "--output-file",
         type=Path,
         metavar="PATH",
         help="write here (.yaml, .json or .jsonl); default stdout",
     )
-    g.set_defaults(func=cmd_trace_generate)
+    g.set_defaults(func=lazy("engine.simulate.command", "cmd_trace_generate"))
     v = tsub.add_parser("validate", help="check trace files; exit 0 valid, 1 invalid, 2 missing file")
-    v.add_argument("traces", nargs="+", type=Path, metavar="TRACE")
-    v.set_defaults(func=cmd_trace_validate)
+    v.add_argument(
+        "traces", nargs="+", type=Path, metavar="TRACE", help="trace files (.yaml, .json or .jsonl)"
+    )
+    add_output(v, what="json/yaml: a report of the traces read")
+    v.set_defaults(func=lazy("engine.simulate.command", "cmd_trace_validate"))
