@@ -23,44 +23,48 @@ Report = Callable[[str, str], None]  # report(path inside the CRD, message)
 # JSONSchemaProps fields of apiextensions/v1 (types.go; same set as the kubernetes client's
 # V1JSONSchemaProps). Anything else is an unknown field: dropped with a warning, or rejected under
 # strict field validation (kubectl's default).
+# The value keywords both lists below share (the root list is JSONSchemaProps minus what the root may not use).
+_VALUE_KEYS = (
+    "description",
+    "type",
+    "format",
+    "title",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "multipleOf",
+    "required",
+    "items",
+    "properties",
+    "externalDocs",
+    "example",
+)
 JSON_SCHEMA_PROPS_KEYS = frozenset(
     {
+        *_VALUE_KEYS,
         "id",
         "$schema",
         "$ref",
-        "description",
-        "type",
-        "format",
-        "title",
         "default",
-        "maximum",
-        "exclusiveMaximum",
-        "minimum",
-        "exclusiveMinimum",
-        "maxLength",
-        "minLength",
-        "pattern",
-        "maxItems",
-        "minItems",
-        "uniqueItems",
-        "multipleOf",
         "enum",
         "maxProperties",
         "minProperties",
-        "required",
-        "items",
         "allOf",
         "oneOf",
         "anyOf",
         "not",
-        "properties",
         "additionalProperties",
         "patternProperties",
         "dependencies",
         "additionalItems",
         "definitions",
-        "externalDocs",
-        "example",
         "nullable",
         *KUBE_EXTENSIONS,
     }
@@ -77,32 +81,7 @@ _UNSUPPORTED_KEYS = {
 }
 _OPENAPI_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object"})
 # validation.go allowedFieldsAtRootSchema (root of a schema whose version has the status subresource).
-_ROOT_ALLOWED_WITH_STATUS = frozenset(
-    {
-        "description",
-        "type",
-        "format",
-        "title",
-        "maximum",
-        "exclusiveMaximum",
-        "minimum",
-        "exclusiveMinimum",
-        "maxLength",
-        "minLength",
-        "pattern",
-        "maxItems",
-        "minItems",
-        "uniqueItems",
-        "multipleOf",
-        "required",
-        "items",
-        "properties",
-        "externalDocs",
-        "example",
-        PRESERVE,
-        "x-kubernetes-validations",
-    }
-)
+_ROOT_ALLOWED_WITH_STATUS = frozenset({*_VALUE_KEYS, PRESERVE, "x-kubernetes-validations"})
 # schema/validation.go validateNestedValueValidation: forbidden under allOf/anyOf/oneOf/not.
 _NESTED_FORBIDDEN = {
     "type": "must be empty to be structural",
