@@ -113,7 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="condition evaluator (default python; durable: the durable-rules worker)",
     )
     add_output(e, "table", what="text (also: table) is a table; json/yaml an Evaluation document")
-    e.add_argument("--state", type=Path, help="engine state from a previous evaluation's JSON 'state'")
+    e.add_argument(
+        "--state",
+        type=Path,
+        help="engine state to start from: a previous `qosd eval` output (JSON or YAML; its `state` is "
+        "read), that `state` object alone, or a `qosd run --state-file` file",
+    )
     e.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
     add_profile(e)
     e.add_argument("--dry-run", action="store_true", help="plan no operations, report them as held")

@@ -135,7 +135,7 @@ def test_a_yaml_error_report_has_a_summary_like_every_other(tmp_path: Path) -> N
     for output in ("json", "yaml"):
         proc = qosd("validate", "-o", output, str(f))
         report = json.loads(proc.stdout) if output == "json" else yaml.safe_load(proc.stdout)
-        assert set(report) == {"valid", "summary", "problems"}
+        assert {"valid", "summary", "problems"} <= set(report)
         assert report["summary"].startswith("1 error") and report["valid"] is False
         assert proc.stderr == "" and proc.returncode == 1
 

@@ -330,15 +330,16 @@ def test_an_action_of_the_same_kind_merges_and_another_kind_replaces() -> None:
 
 
 def test_a_rule_without_actions_after_merging_is_reported_where_it_is_defined() -> None:
+    """A partial rule no document completes patches nothing: validate refuses it at its name; a
+    node's build leaves it out (tests/test_layering_patches.py has the per-variant semantics)."""
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
         ("team", "rules:\n  - name: brand-new\n    for: 5s\n", Layer.FILE),
     )
-    with pytest.raises(PolicyError) as info:
-        build_policy(docs, node())
-    (problem,) = info.value.problems
-    assert problem.message == "missing required field 'then'"
-    assert (problem.location.source, problem.location.line, problem.location.column) == ("team.yaml", 6, 7)
+    (problem,) = validate(docs)
+    assert problem.message.startswith("rule 'brand-new' has no `then`, and no document defines")
+    assert (problem.location.source, problem.location.line, problem.location.column) == ("team.yaml", 6, 13)
+    assert "brand-new" not in build_policy(docs, node()).rule_index
 
 
 def test_validate_for_one_node_ignores_documents_that_do_not_apply_to_it() -> None:
@@ -386,13 +387,13 @@ def test_a_rebuild_does_not_locate_an_unchanged_document_again(monkeypatch: pyte
         [*base, *docs_of(("team", "rules:\n  - name: mem-evict\n    for: 30s\n", Layer.FILE))], node()
     )
     located: list[str] = []
-    position = Document.position
+    locate = Document.locate
 
     def counting(self: Document, path: Any, prefer_key: bool = False) -> Any:
         located.append(self.source)
-        return position(self, path, prefer_key)
+        return locate(self, path, prefer_key)
 
-    monkeypatch.setattr(Document, "position", counting)
+    monkeypatch.setattr(Document, "locate", counting)
     team = docs_of(("team", "rules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE))
     second = build_policy([*base, *team], node())
     assert "base.yaml" not in located

@@ -43,6 +43,11 @@ def flapping(clear: str, when: str = "gte: 80") -> str:
 CASES: list[tuple[str, list[str], str | None]] = [
     ("koordinator evicts at 60 under a 65% publish", [KOORD, BE_EVICT_60], "admit/evict loop"),
     (
+        "an eviction of a class that is not reclaimed is no admit/evict loop",
+        [KATALYST, KATALYST_EVICT_70.replace("[reclaimed_cores]", "[shared_cores]")],
+        None,
+    ),
+    (
         "koordinator evicts at 60 with the publish lowered to 55",
         [KOORD, "reclaim: {memory: {reclaimThresholdPercent: 55}}", BE_EVICT_60],
         None,

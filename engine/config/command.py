@@ -27,6 +27,7 @@ from engine.config.schema_check import schema_problems
 from engine.model.factnames import registry
 from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
 from engine.resources import load_schema
+from engine.sources.facts_check import with_numbers
 from engine.sources.localnode import read_local_node
 
 EXIT_OK, EXIT_INVALID = 0, 1
@@ -69,17 +70,19 @@ def _node_from_document(doc: Document) -> NodeInfo:
     problems = schema_problems(snapshot, locate, "facts")
     if problems:
         raise PolicyError(problems)
-    return node_from_snapshot(snapshot["node"])
+    return node_from_snapshot(with_numbers(snapshot)["node"])
 
 
-def report_problems(problems: Sequence[Problem], output: str, summary: str, valid: bool) -> None:
+def report_problems(
+    problems: Sequence[Problem], output: str, summary: str, valid: bool, notes: Sequence[Problem] = ()
+) -> None:
     """Problems as the command's result: a document on stdout for ``-o json|yaml`` (the shape
-    PolicyError uses for every command), else diagnostics on stderr and, when the input is valid,
-    the summary on stdout."""
+    PolicyError uses for every command, plus validate's notes), else diagnostics on stderr and,
+    when the input is valid, the summary on stdout."""
     if output in ("json", "yaml"):
-        emit(problems_document(problems, summary, valid), output)
+        emit({**problems_document(problems, summary, valid), "notes": [n.to_dict() for n in notes]}, output)
         return
-    for p in problems:
+    for p in (*problems, *notes):
         print(p.format(), file=sys.stderr)
     print(summary, file=sys.stdout if valid else sys.stderr)
 
@@ -93,7 +96,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     )
     # A file that cannot be read does not hide the others' problems; the checks across documents
     # (references, merging) wait until every file reads, or a reference into it would look missing.
-    problems = [*unread, *validate(docs, node, documents_only=bool(unread))]
+    notes: list[Problem] = []
+    problems = [*unread, *validate(docs, node, notes, documents_only=bool(unread))]
     if not any(p.severity == "error" for p in problems):
         problems += lint(docs, node)
     if args.strict:
@@ -105,7 +109,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         n = len({p.location.source for p in unread})
         summary += f"; checks across documents skipped while {n} file{'s' if n != 1 else ''} cannot be read"
     valid = not any(p.severity == "error" for p in problems)
-    report_problems(problems, args.output, summary, valid)
+    report_problems(problems, args.output, summary, valid, [replace(n, severity="note") for n in notes])
     return EXIT_OK if valid else EXIT_INVALID
 
 

@@ -62,14 +62,15 @@ class Variant:
         return {"labels": dict(self.labels), "profile": self.profile}
 
 
-Severity = Literal["error", "warning"]
+Severity = Literal["error", "warning", "note"]
 
 
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a document, with enough context to fix it without reading qosd's code.
     A ``warning`` is a policy that loads and runs but works against itself (engine.config.lints);
-    ``qosd validate --strict`` treats warnings as errors."""
+    ``qosd validate --strict`` treats warnings as errors. A ``note`` says what validate noticed and
+    accepted (a patch left out where nothing defines its entry)."""
 
     location: Location
     message: str
@@ -123,7 +124,7 @@ def unique_problems(problems: Iterable[Problem]) -> list[Problem]:
 def summary_line(problems: Sequence[Problem], documents: int | None = None, files: int | None = None) -> str:
     """``2 errors, 1 warning in 3 document(s) from 2 file(s)``: the last line of every report."""
     errors = sum(1 for p in problems if p.severity == "error")
-    warnings = len(problems) - errors
+    warnings = sum(1 for p in problems if p.severity == "warning")
     counts = [f"{errors} error{'s' if errors != 1 else ''}"] if errors else []
     counts += [f"{warnings} warning{'s' if warnings != 1 else ''}"] if warnings else []
     where = f" in {documents} document(s) from {files} file(s)" if documents is not None else ""
@@ -206,8 +207,11 @@ class Checker(Protocol):
     def duration(self, path: JsonPath, value: Any, default: float | None = None) -> float | None:
         """Seconds of the duration ``value``; ``default`` when absent or not one (then reported)."""
 
-    def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
-        """Report an expression knob that cannot parse, reads unknown names, or can only fail."""
+    def knob(
+        self, path: JsonPath, knob: Any, file: str | None, pods: bool, *, containers: bool = False
+    ) -> None:
+        """Report an expression knob that cannot parse, reads unknown names, or can only fail
+        (``containers``: it is evaluated for each app container's own cgroup)."""
 
     def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
         """A literal knob's text if ``file`` accepts it (else reported); None for computed knobs."""

@@ -3,7 +3,8 @@
 Each lint is a contradiction between two parts of one merged policy that no single check sees, found
 on each kind of node ``qosd validate`` builds (the node variants of engine.config.pipeline):
 
-- ``admit-evict``: a rule evicts reclaimed pods when node memory (or CPU) usage reaches T%, while
+- ``admit-evict``: a rule evicts pods of a reclaimed class (cpu.policy reclaimed: Katalyst's
+  reclaimed_cores, Koordinator's BE) when node memory (or CPU) usage reaches T%, while
   spec.reclaim publishes enough of the node for reclaimed pods to push usage above T%. The scheduler
   admits pods onto what was published, the rule evicts them, the freed amount is published again:
   the admit/evict loop the issue measured at 1,300 evictions a day (Koordinator keeps its default
@@ -46,13 +47,13 @@ def lint(docs: list[Document], node: NodeInfo | None = None) -> list[Problem]:
     """Warnings for every node variant of ``docs`` (which must already validate without errors)."""
     found: list[Problem] = []
     checked: set[Variant] = set()
-    for variant, variant_node, applicable in node_variants(docs, node):
-        checked.add(variant)
+    for v in node_variants(docs, node):
+        checked.add(v.variant)
         try:
-            policy = build_policy(applicable, variant_node)
+            policy = build_policy(v.docs, v.node)
         except PolicyError:
             continue  # validate reports it
-        found.extend(replace(p, variants=(variant,)) for p in lint_policy(policy, variant_node))
+        found.extend(replace(p, variants=(v.variant,)) for p in lint_policy(policy, v.node))
     return join_variants(found, checked)
 
 
@@ -112,8 +113,9 @@ def _admit_evict(policy: Policy, node: NodeInfo, where: Merged) -> Iterator[Prob
         fill = fill_percent(res, resource, node) if res is not None else None
         if res is None or fill is None:
             continue
+        reclaimed = {c.name for c in policy.classes if c.cpu_policy == "reclaimed"}
         for rule in _enforcing(policy):
-            if not any(isinstance(a.spec, EvictSpec) for a in rule.actions):
+            if not any(_evicts_from(a.spec, reclaimed) for a in rule.actions):
                 continue
             for cmp in _triggers(rule.when):
                 if cmp.fact != fact or cmp.op not in _UPPER or not isinstance(cmp.value, int | float):
@@ -131,6 +133,15 @@ def _admit_evict(policy: Policy, node: NodeInfo, where: Merged) -> Iterator[Prob
                     related=(where.locate(("reclaim", resource)),),
                     severity="warning",
                 )
+
+
+def _evicts_from(spec: object, reclaimed: set[str]) -> bool:
+    """Whether an action evicts pods of a reclaimed class (cpu.policy reclaimed), the pods that are
+    admitted onto published resources; victims without classes are any class."""
+    if not isinstance(spec, EvictSpec):
+        return False
+    classes = set(spec.victims.classes) - set(spec.victims.exclude_classes)
+    return bool(reclaimed & classes) if spec.victims.classes else bool(reclaimed - classes)
 
 
 def _admit_suppress(policy: Policy, node: NodeInfo, where: Merged) -> Iterator[Problem]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.config.compile import check_and_compile, document_problems
 from engine.config.errors import Location, PolicyError, Problem, UsageError, Variant, unique_problems
@@ -32,11 +32,12 @@ from engine.config.load import (
     read_file,
     too_deep,
 )
-from engine.config.merge import Merged, Rendered, conflicts, merge
+from engine.config.merge import Merged, Rendered, Unanchored, conflicts, merge
 from engine.config.policy import Policy
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
 from engine.config.selector import matches
+from engine.config.unset import has_unset, unset_problems
 from engine.features.rules.conditions import unknown_fact_problems
 from engine.model.node import NodeInfo
 from engine.resources import API_VERSION, bundled_policy_files, data_dir
@@ -205,11 +206,14 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
         return None, problems
     gaps: list[str] = []
     problems.extend(schema_problems(data, doc.locate, partial=gaps))
+    if not problems:
+        problems.extend(unset_problems(data.get("spec") or {}, doc.locate))
     if problems:
         # The semantic checks need a valid shape, but a fact-name typo is found on any shape; report
         # it with the schema errors instead of after they are fixed.
         return None, problems + unknown_fact_problems(data, doc.locate)
-    rendered = Rendered(doc, data, incomplete=bool(gaps))
+    # A document that unsets fields may leave the merged spec without one it requires: check it whole.
+    rendered = Rendered(doc, data, incomplete=bool(gaps) or has_unset(data.get("spec") or {}))
     problems.extend(document_problems(rendered))
     return (rendered if not problems else None), problems
 
@@ -229,12 +233,15 @@ def _has_template(value: Any) -> bool:
 
 
 def build_policy(docs: list[Document], node: NodeInfo) -> Policy:
-    """The policy generation for ``node``; raises PolicyError with every problem found."""
+    """The policy generation for ``node``; raises PolicyError with every problem found.
+
+    A patch with nothing to patch on this node (merge.Unanchored: a rule overlay without ``then``
+    whose rule only the other profile defines) is left out: it applies where the entry exists."""
     with gc_paused():
-        return _build_policy(docs, node)
+        return _build_policy(docs, node)[0]
 
 
-def _build_policy(docs: list[Document], node: NodeInfo) -> Policy:
+def _build_policy(docs: list[Document], node: NodeInfo) -> tuple[Policy, tuple[Unanchored, ...]]:
     problems: list[Problem] = []
     rendered: list[Rendered] = []
     for doc in docs:
@@ -260,7 +267,8 @@ def _build_policy(docs: list[Document], node: NodeInfo) -> Policy:
                 )
             ]
         )
-    return compile_merged(merge(rendered), node)
+    merged = merge(rendered)
+    return compile_merged(merged, node), merged.unanchored
 
 
 def compile_merged(merged: Merged, node: NodeInfo) -> Policy:
@@ -331,7 +339,10 @@ def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[s
 
 
 def validate(
-    docs: list[Document], node: NodeInfo | None = None, documents_only: bool = False
+    docs: list[Document],
+    node: NodeInfo | None = None,
+    notes: list[Problem] | None = None,
+    documents_only: bool = False,
 ) -> list[Problem]:
     """Every problem in ``docs``: per document, and for each node variant their selectors distinguish.
 
@@ -341,12 +352,18 @@ def validate(
     A problem that only some variants have names them (``Problem.variants``). ``documents_only``
     checks each document alone (what validate can still say when some file could not be read: a
     reference into the unreadable file would otherwise be reported as missing).
+
+    A patch (an entry without a field complete entries need) that patches nothing on every variant
+    its document applies to is a problem; one that patches nothing on some variants only is a note
+    (appended to ``notes`` when given) naming those variants, since it does its work elsewhere.
     """
     with gc_paused():
-        return _validate(docs, node, documents_only)
+        return _validate(docs, node, notes, documents_only)
 
 
-def _validate(docs: list[Document], node: NodeInfo | None, documents_only: bool) -> list[Problem]:
+def _validate(
+    docs: list[Document], node: NodeInfo | None, notes: list[Problem] | None, documents_only: bool
+) -> list[Problem]:
     base_node = node or REFERENCE_NODE
     problems: list[Problem] = []
     rendered_all: list[Rendered] = []
@@ -369,13 +386,20 @@ def _validate(docs: list[Document], node: NodeInfo | None, documents_only: bool)
         return unique_problems(problems)
     found: list[Problem] = []
     checked: set[Variant] = set()
-    for variant, variant_node, applicable in node_variants(docs, node):
-        checked.add(variant)
+    patches = _Patches(docs)
+    for v in node_variants(docs, node):
+        checked.add(v.variant)
         try:
-            build_policy(applicable, variant_node)
+            with gc_paused():
+                _, unanchored = _build_policy(v.docs, v.node)
         except PolicyError as exc:
-            found.extend(replace(p, variants=(variant,)) for p in exc.problems)
-    return join_variants(found, checked)
+            found.extend(replace(p, variants=(v.variant,)) for p in exc.problems)
+            continue
+        patches.record(v.labels, v.indices, unanchored)
+    missed, noted = patches.judge(single_node=node is not None)
+    if notes is not None:
+        notes.extend(noted)
+    return join_variants([*found, *missed], checked)
 
 
 def join_variants(found: Iterable[Problem], checked: set[Variant]) -> list[Problem]:
@@ -387,17 +411,24 @@ def join_variants(found: Iterable[Problem], checked: set[Variant]) -> list[Probl
     )
 
 
-def node_variants(
-    docs: list[Document], node: NodeInfo | None = None
-) -> Iterator[tuple[Variant, NodeInfo, list[Document]]]:
-    """Each kind of node the documents' selectors tell apart (``node`` alone when given): the
-    variant's name, its node and the documents that apply there. Label sets that select the same
-    documents are one variant."""
+class NodeVariant(NamedTuple):
+    """One kind of node validate builds the policy for."""
+
+    variant: Variant  # its name: the distinguishing labels and the bundled profile
+    node: NodeInfo
+    docs: list[Document]  # the documents that apply there
+    labels: dict[str, str]
+    indices: tuple[int, ...]  # their positions in the documents validated
+
+
+def node_variants(docs: list[Document], node: NodeInfo | None = None) -> Iterator[NodeVariant]:
+    """Each kind of node the documents' selectors tell apart (``node`` alone when given). Label sets
+    that select the same documents are one variant."""
     base_node = node or REFERENCE_NODE
     variants = [dict(node.labels)] if node is not None else label_variants(docs, base_node.labels)
     if not variants:
         variants = [dict(base_node.labels)] + [_satisfying(d, base_node.labels) for d in docs]
-    keys = sorted(_selector_keys(docs))
+    keys = sorted({k for d in docs for k in _selector_keys(d)})
     seen: set[tuple[int, ...]] = set()
     for labels in variants:
         applicable = tuple(i for i, d in enumerate(docs) if applies_to(d, labels))
@@ -406,23 +437,8 @@ def node_variants(
         seen.add(applicable)
         chosen = [docs[i] for i in applicable]
         variant = Variant(tuple((k, labels.get(k)) for k in keys), _profile_of(chosen))
-        yield variant, (base_node.with_labels(labels) if node is None else node), chosen
-
-
-def _selector_keys(docs: list[Document]) -> set[str]:
-    keys: set[str] = set()
-    for doc in docs:
-        sel = _selector(doc)
-        if not isinstance(sel, dict):
-            continue
-        match = sel.get("matchLabels")
-        if isinstance(match, dict):
-            keys.update(str(k) for k in match)
-        exprs = sel.get("matchExpressions")
-        for expr in exprs if isinstance(exprs, list) else ():
-            if isinstance(expr, dict) and isinstance(expr.get("key"), str):
-                keys.add(expr["key"])
-    return keys
+        node_of = base_node.with_labels(labels) if node is None else node
+        yield NodeVariant(variant, node_of, chosen, labels, applicable)
 
 
 def _profile_of(docs: list[Document]) -> str | None:
@@ -435,6 +451,68 @@ def _profile_of(docs: list[Document]) -> str | None:
             if isinstance(name, str):
                 return name
     return None
+
+
+class _Patches:
+    """Where each patch found something to patch, across validate's node variants."""
+
+    def __init__(self, docs: list[Document]):
+        self.docs = docs
+        self.keys = sorted({k for d in docs for k in _selector_keys(d)})
+        self.missed: dict[Location, tuple[Unanchored, list[str]]] = {}
+        self.seen: list[tuple[set[str], set[Location]]] = []
+
+    def record(
+        self, labels: Mapping[str, str], applicable: tuple[int, ...], unanchored: tuple[Unanchored, ...]
+    ) -> None:
+        names = {self.docs[i].name for i in applicable}
+        self.seen.append((names, {u.location for u in unanchored}))
+        for u in unanchored:
+            self.missed.setdefault(u.location, (u, []))[1].append(self._variant(labels))
+
+    def _variant(self, labels: Mapping[str, str]) -> str:
+        parts = [f"{k}={labels[k]}" if k in labels else f"no {k} label" for k in self.keys]
+        return "nodes with " + ", ".join(parts) if parts else "every node"
+
+    def judge(self, single_node: bool) -> tuple[list[Problem], list[Problem]]:
+        problems: list[Problem] = []
+        notes: list[Problem] = []
+        for where, (u, variants) in self.missed.items():
+            anchored = any(set(u.documents) & names and where not in missed for names, missed in self.seen)
+            fields = " and ".join(f"`{f}`" for f in u.missing)
+            if anchored or single_node:
+                notes.append(
+                    Problem(
+                        where,
+                        f"{u.describe()} patches nothing on {'; '.join(variants)}: no document there "
+                        "defines it, so this patch is left out there",
+                        "a partial entry applies only where a lower layer defines the entry; give the "
+                        "document a nodeSelector to say so explicitly",
+                    )
+                )
+                continue
+            problems.append(
+                Problem(
+                    where,
+                    f"{u.describe()} has no {fields}, and no document defines a complete "
+                    f"{u.describe().split()[0]} of that name on any node this document applies to",
+                    u.hint
+                    or f"define it here with {fields}, or name an entry a lower layer defines "
+                    "(a partial entry only patches one)",
+                )
+            )
+        return problems, notes
+
+
+def _selector_keys(doc: Document) -> list[str]:
+    sel = _selector(doc)
+    if not isinstance(sel, dict):
+        return []
+    keys = list(sel.get("matchLabels") or {}) if isinstance(sel.get("matchLabels"), dict) else []
+    for expr in sel.get("matchExpressions") or [] if isinstance(sel.get("matchExpressions"), list) else []:
+        if isinstance(expr, dict) and isinstance(expr.get("key"), str):
+            keys.append(expr["key"])
+    return [str(k) for k in keys]
 
 
 def _satisfying(doc: Document, base: Mapping[str, str]) -> dict[str, str]:
