@@ -54,9 +54,10 @@ def test_every_option_and_argument_has_help() -> None:
 # ---------------------------------------------------------------- -o/--output
 
 
-# Every command that prints a result. `qosd test` has its own output work (s9-lang); `qosd run` and
-# `qosd demo` print logs and a report of their run, their output options belong to the daemon work.
+# Every command that prints a result. `qosd run` and `qosd demo` print logs and a report of their
+# run; their output options belong to the daemon work (issue 18, "Output that must be true").
 RESULT_COMMANDS = [
+    "qosd test",
     "qosd validate",
     "qosd render",
     "qosd schema",

@@ -63,12 +63,17 @@ def _slug(heading: str) -> str:
 def _command_lines(path: Path) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     fenced = False
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines, 1):
         if line.strip().startswith("```"):
             fenced = not fenced
             continue
         text = line.strip().removeprefix("$ ")
         if fenced and text.startswith("qosd "):
+            j = i
+            while text.endswith("\\") and j < len(lines):  # a command continued on the next line
+                text = text[:-1] + " " + lines[j].strip()
+                j += 1
             out.append((i, text))
     return out
 
