@@ -189,3 +189,19 @@ def test_a_valid_validate_prints_its_summary_on_stdout(tmp_path: Path) -> None:
     proc = qosd("validate")
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout == "valid: 2 document(s) from 2 file(s)\n"
+
+
+def test_fact_names_are_checked_in_a_document_of_any_shape(tmp_path: Path) -> None:
+    """Found by the loader property test: classes rendered to a number next to a schema error."""
+    f = tmp_path / "odd.yaml"
+    f.write_text(
+        policy_text(
+            """
+            classes: "{{ node.cpus }}"
+            rules: [{name: r, when: {node.cpu.usage_pct: {gte: 1}}, then: {notify: {}}}]
+            """
+        )
+    )
+    proc = qosd("validate", "--no-builtin", str(f))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "unknown fact 'node.cpu.usage_pct'" in proc.stderr

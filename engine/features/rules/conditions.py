@@ -147,7 +147,11 @@ def unknown_fact_problems(document: Any, locate: Callable[[JsonPath], Location])
     spec = document.get("spec") if isinstance(document, dict) else None
     rules = spec.get("rules") if isinstance(spec, dict) else None
     classes = spec.get("classes") if isinstance(spec, dict) else None
-    names = tuple(c["name"] for c in classes or () if isinstance(c, dict) and isinstance(c.get("name"), str))
+    names = tuple(
+        c["name"]
+        for c in (classes if isinstance(classes, list) else ())
+        if isinstance(c, dict) and isinstance(c.get("name"), str)
+    )
     problems: list[Problem] = []
     stack: list[tuple[Any, JsonPath]] = [
         (rule[key], ("spec", "rules", i, key))
