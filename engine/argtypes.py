@@ -13,6 +13,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from engine.model.units import parse_duration, parse_quantity
@@ -133,18 +134,86 @@ def percent(text: str) -> float:
     return value
 
 
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-
-
 def profile(text: str) -> str:
-    """A ``--profile`` name: it becomes the node label ``qosd.io/profile``, so it must be a valid
-    Kubernetes label value (at most 63 characters, alphanumerics and ``-_.`` inside)."""
-    if not text or len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"{text[:70]!r} is not a profile name: it becomes the node label qosd.io/profile, so it must "
-            "be a label value (1-63 characters: letters, digits and -_. inside), e.g. koordinator"
-        )
-    return text
+    """A ``--profile`` name: one of the bundled profiles (engine.resources.BUNDLED_PROFILES), or an
+    accepted older spelling of one (``default`` is ``katalyst``). Anything else is refused here:
+    the name only sets the node label qosd.io/profile, and rules/default.yaml applies to every node
+    not labelled ``koordinator``, so a typo (``koordiantor``) would silently give the Katalyst
+    profile. A profile of one's own policies is selected with ``--label qosd.io/profile=NAME``."""
+    from engine.resources import BUNDLED_PROFILES, PROFILE_ALIASES, PROFILE_LABEL
+
+    name = PROFILE_ALIASES.get(text, text)
+    if name in BUNDLED_PROFILES:
+        return name
+    import difflib
+
+    close = difflib.get_close_matches(text, [*BUNDLED_PROFILES, *PROFILE_ALIASES], n=1, cutoff=0.6)
+    hint = f"did you mean {PROFILE_ALIASES.get(close[0], close[0])!r}? " if close else ""
+    raise argparse.ArgumentTypeError(
+        f"{text[:70]!r} is not a bundled profile; {hint}the bundled profiles are "
+        f"{', '.join(BUNDLED_PROFILES)} (for a profile of your own policies, give "
+        f"--label {PROFILE_LABEL}=NAME instead)"
+    )
+
+
+def add_profile(p: Any) -> None:
+    """``--profile katalyst|koordinator``, the same on every command that builds a policy."""
+    p.add_argument(
+        "--profile",
+        type=profile,
+        help="bundled profile to use: katalyst or koordinator (sets the node label qosd.io/profile)",
+    )
+
+
+def lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A command function imported when the command runs, not when the parser is built: ``qosd
+    --version`` and ``qosd --help`` then load argparse and this module, not the rule pipeline, the
+    Kubernetes client or Jinja2 (tests/test_cli_conventions.py checks sys.modules)."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        code: int = getattr(importlib.import_module(module), name)(args)
+        return code
+
+    run.__qualname__ = run.__name__ = name
+    return run
+
+
+def add_rule_paths(p: argparse.ArgumentParser, help_text: str) -> None:
+    """The rule files of a command, the same way everywhere: positional PATHs (``-`` reads standard
+    input), with ``--rules PATH`` kept as an alias; both land in ``args.rules``, in order."""
+    p.add_argument(
+        "rules",
+        nargs="*",
+        action="extend",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help=f"{help_text}; - reads standard input",
+    )
+    p.add_argument(
+        "--rules",
+        dest="rules",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help="the same as a PATH argument (repeatable; kept for scripts written before PATH was positional)",
+    )
+
+
+OUTPUTS = ("text", "json", "yaml")
+
+
+def add_output(p: Any, *extra: str, what: str = "") -> None:
+    """``-o/--output text|json|yaml`` (plus ``extra`` choices), as kubectl spells it."""
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=(*OUTPUTS, *extra),
+        default="text",
+        help=f"output format (default text){': ' + what if what else ''}",
+    )
 
 
 def listen_address(text: str) -> str:

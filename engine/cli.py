@@ -17,14 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+# The commands' option modules only: each command's function is imported when it runs
+# (argtypes.lazy), so `qosd --version` and `qosd --help` load neither the rule pipeline nor Jinja2,
+# jsonschema or the Kubernetes client (tests/test_cli_conventions.py).
 from engine import __version__, demo
-from engine.argtypes import integer, profile
-from engine.config.command import cmd_crd, cmd_render, cmd_schema, cmd_validate
+from engine.argtypes import add_output, add_profile, add_rule_paths, integer, lazy
 from engine.config.errors import PolicyError, UsageError
-from engine.config.pipeline import PROFILE_LABEL
 from engine.daemon import options as daemon_options
-from engine.eval_command import cmd_eval
 from engine.explain import options as explain_options
+from engine.resources import SCHEMAS
 from engine.ruletest import options as ruletest_options
 from engine.simulate import options as simulate_options
 
@@ -34,15 +35,9 @@ DEBUG_ENV = "QOSD_DEBUG"
 
 
 def _policy_source_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "paths", nargs="*", type=Path, metavar="PATH", help="rule files or directories (*.yaml, *.yml)"
-    )
+    add_rule_paths(p, "rule files or directories (*.yaml, *.yml)")
     p.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    p.add_argument(
-        "--profile",
-        type=profile,
-        help=f"bundled profile to use (sets node label {PROFILE_LABEL}), e.g. koordinator",
-    )
+    add_profile(p)
     p.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="extra node label (repeatable)"
     )
@@ -75,37 +70,49 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--node", type=Path, help="validate for this node only (facts snapshot or Kubernetes Node YAML)"
     )
-    v.add_argument("--output", choices=("text", "json"), default="text")
-    v.set_defaults(func=cmd_validate)
+    v.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat warnings (policies that work against themselves, e.g. an admit/evict loop) as errors",
+    )
+    add_output(v, what="text: problems on stderr; json/yaml: a report on stdout")
+    v.set_defaults(func=lazy("engine.config.command", "cmd_validate"))
 
     r = sub.add_parser("render", help="print the effective merged policy for one node")
     _policy_source_args(r)
     r.add_argument("--node", type=Path, help="facts snapshot or Kubernetes Node YAML (default: this machine)")
     r.add_argument(
-        "--show-origin", action="store_true", help="annotate every value with the file:line that set it"
+        "--show-origin",
+        action="store_true",
+        help="annotate every value with the file:line that set it (json: an origins map)",
     )
-    r.add_argument("--output", choices=("yaml", "json"), default="yaml")
-    r.set_defaults(func=cmd_render)
+    add_output(r, what="text and yaml: the policy as YAML")
+    r.set_defaults(func=lazy("engine.config.command", "cmd_render"))
 
-    s = sub.add_parser("schema", help="print a JSON Schema (policy or facts)")
-    s.add_argument("kind", nargs="?", choices=("policy", "facts"), default="policy")
-    s.add_argument("--names", action="store_true", help="list the fact names conditions may use")
-    s.set_defaults(func=cmd_schema)
+    s = sub.add_parser("schema", help="print a JSON Schema qosd ships (policy, facts, trace, ...)")
+    s.add_argument(
+        "kind",
+        nargs="?",
+        choices=tuple(SCHEMAS),
+        default="policy",
+        help="which schema (default policy): " + ", ".join(f"{k} ({v})" for k, v in SCHEMAS.items()),
+    )
+    s.add_argument("--names", action="store_true", help="list the fact names conditions may use (facts only)")
+    add_output(s, what="text and json: the schema as JSON")
+    s.set_defaults(func=lazy("engine.config.command", "cmd_schema"))
 
     e = sub.add_parser("eval", help="evaluate the policy on one facts snapshot; print intents and operations")
-    e.add_argument(
-        "--rules",
-        action="append",
-        default=[],
-        type=Path,
-        metavar="PATH",
-        help="rule file or directory (repeatable)",
-    )
+    add_rule_paths(e, "rule files or directories, over the built-in layer")
     e.add_argument(
         "--facts", required=True, type=Path, help="facts snapshot (YAML or JSON, schemas/facts.schema.json)"
     )
-    e.add_argument("--backend", choices=("python", "durable"), default="python")
-    e.add_argument("--output", choices=("table", "json"), default="table")
+    e.add_argument(
+        "--backend",
+        choices=("python", "durable"),
+        default="python",
+        help="condition evaluator (default python; durable: the durable-rules worker)",
+    )
+    add_output(e, "table", what="text (also: table) is a table; json/yaml an Evaluation document")
     e.add_argument(
         "--state",
         type=Path,
@@ -113,9 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "read), that `state` object alone, or a `qosd run --state-file` file",
     )
     e.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    e.add_argument(
-        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
-    )
+    add_profile(e)
     e.add_argument("--dry-run", action="store_true", help="plan no operations, report them as held")
     e.add_argument(
         "--eviction-burst",
@@ -123,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=3,
         help="evictions per tick across all rules (default 3)",
     )
-    e.set_defaults(func=cmd_eval)
+    e.set_defaults(func=lazy("engine.eval_command", "cmd_eval"))
 
     ruletest_options.add_parser(sub)
     explain_options.add_parser(sub)
@@ -132,14 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
 
     c = sub.add_parser("crd", help="print qosd's CustomResourceDefinitions (QoSPolicy, QoSNodeStatus)")
-    c.add_argument("--output", choices=("yaml", "json"), default="yaml")
+    add_output(c, what="text and yaml: multi-document YAML; json: one CRD or a v1 List")
     c.add_argument(
         "--kind",
         choices=("all", "policy", "nodestatus"),
         default="all",
         help="which CRD (default all: a multi-document YAML, or a v1 List in JSON)",
     )
-    c.set_defaults(func=cmd_crd)
+    c.set_defaults(func=lazy("engine.config.command", "cmd_crd"))
     return parser
 
 
@@ -178,10 +183,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"qosd: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except PolicyError as exc:
-        if getattr(args, "output", "text") == "json":
-            print(exc.to_json())
-        else:
-            print(exc.format(), file=sys.stderr)
+        from engine.config.output import print_policy_error
+
+        print_policy_error(exc, getattr(args, "output", "text"))
         missing = all(p.message == "no such file or directory" for p in exc.problems)
         return EXIT_USAGE if missing else EXIT_INVALID
     except BrokenPipeError:

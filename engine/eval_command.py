@@ -15,6 +15,7 @@ from typing import Any
 from engine.config.command import not_a_file
 from engine.config.errors import Location, PolicyError, Problem, UsageError
 from engine.config.load import MAX_DEPTH, JsonPath, json_brackets, json_path, parse_documents
+from engine.config.output import emit
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import CorruptState, EngineState, decode_state_json, state_from_document
@@ -40,19 +41,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     finally:
         engine.backend.close()
-    if args.output == "json":
-        print(
-            json.dumps(
-                {
-                    "apiVersion": "qosd.io/v1alpha1",
-                    "kind": "Evaluation",
-                    **result.to_dict(),
-                    "state": result.state.to_dict(),
-                },
-                indent=2,
-                default=str,
-            )
-        )
+    if args.output in ("json", "yaml"):
+        document = {
+            "apiVersion": "qosd.io/v1alpha1",
+            "kind": "Evaluation",
+            **result.to_dict(),
+            "state": result.state.to_dict(),
+        }
+        emit(json.loads(json.dumps(document, default=str)), args.output)  # plain JSON types for YAML
     else:
         sys.stdout.write(format_table(result))
     return EXIT_OK

@@ -12,30 +12,17 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from engine import cli
+from engine.config import command as config_command
+from tests.qosdcli import qosd
 from tests.realcgroup import Subtree, real_subtree
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def qosd(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``qosd`` as an operator runs it: without the QOSD_DEBUG the test session sets."""
-    env = {k: v for k, v in (env or os.environ).items() if k != cli.DEBUG_ENV}
-    return subprocess.run(
-        [sys.executable, "-m", "engine.cli", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
 
 
 def assert_one_line_usage_error(proc: subprocess.CompletedProcess[str], *needles: str, code: int = 2) -> None:
@@ -165,7 +152,7 @@ def test_a_workloads_entry_outside_the_cgroup_root_is_located(tree: Subtree, tmp
         (["trace", "generate", "--numa", "0"], ["--numa", "out of range"]),
         (["trace", "generate", "--cpus", "4", "--numa", "8"], ["--cpus 4 --numa 8"]),
         (["trace", "generate", "--cpus", "3", "--numa", "2"], ["--cpus 3 --numa 2"]),
-        (["trace", "generate", "-o", "/definitely/not/here/t.yaml"], ["/definitely/not/here/t.yaml"]),
+        (["trace", "generate", "--output-file", "/definitely/not/here/t.yaml"], ["/definitely/not/here/t.yaml"]),
         (["eval", "--facts", "x.yaml", "--eviction-burst", "-2"], ["--eviction-burst"]),
         (["simulate", "--trace", "x.yaml", "--eviction-burst", "x"], ["--eviction-burst"]),
         (["validate", "--output", "xml"], ["--output", "invalid choice"]),
@@ -213,7 +200,7 @@ def boom(_args: object) -> int:
 def test_an_unexpected_exception_is_one_line_and_exit_70(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "cmd_crd", boom)
+    monkeypatch.setattr(config_command, "cmd_crd", boom)
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     assert cli.main(["crd"]) == cli.EXIT_INTERNAL
     err = capsys.readouterr().err
@@ -224,7 +211,7 @@ def test_an_unexpected_exception_is_one_line_and_exit_70(
 
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
-    monkeypatch.setattr(cli, "cmd_crd", boom)
+    monkeypatch.setattr(config_command, "cmd_crd", boom)
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     if how == "env":
         monkeypatch.setenv(cli.DEBUG_ENV, "1")
@@ -261,8 +248,8 @@ OTHER_FLAGS: list[tuple[str, list[str], list[str]]] = [
     ("simulate-risk-zero", ["simulate", "--trace", "t.yaml", "--risk-cpu", "0"], ["--risk-cpu", "above 0"]),
     ("simulate-risk-over", ["simulate", "--trace", "t.yaml", "--risk-memory", "101"], ["--risk-memory"]),
     ("simulate-burst", ["simulate", "--trace", "t.yaml", "--eviction-burst", "-1"], ["--eviction-burst"]),
-    ("render-profile-path", ["render", "--profile", "../../etc"], ["--profile", "label value"]),
-    ("validate-profile-space", ["validate", "--profile", "a b"], ["--profile", "label value"]),
+    ("render-profile-path", ["render", "--profile", "../../etc"], ["--profile", "not a bundled profile"]),
+    ("validate-profile-space", ["validate", "--profile", "a b"], ["--profile", "not a bundled profile"]),
     ("eval-profile-empty", ["eval", "--facts", "f.yaml", "--profile", ""], ["--profile"]),
     ("run-profile-long", ["run", "--profile", "x" * 64], ["--profile"]),
     ("explain-device", ["explain", "/dev/zero"], ["/dev/zero is not a regular file"]),

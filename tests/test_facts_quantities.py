@@ -178,7 +178,7 @@ def test_a_node_file_takes_quantities(tmp_path: Path, capsys: pytest.CaptureFixt
     node["capacity"] = {"cpu": "16", "memory": "64Gi"}
     file = tmp_path / "node.yaml"
     file.write_text(yaml.safe_dump({"node": node}, sort_keys=False))
-    assert cli.main(["validate", "--node", str(file)]) == 0, capsys.readouterr().out
+    assert cli.main(["validate", "--node", str(file)]) == 0, capsys.readouterr().err
     capsys.readouterr()
     assert cli.main(["render", "--node", str(file), "--output", "json"]) == 0
     with_quantities = json.loads(capsys.readouterr().out)

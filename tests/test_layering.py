@@ -393,13 +393,13 @@ def test_a_rebuild_does_not_locate_an_unchanged_document_again(monkeypatch: pyte
         [*base, *docs_of(("team", "rules:\n  - name: mem-evict\n    for: 30s\n", Layer.FILE))], node()
     )
     located: list[str] = []
-    position = Document.position
+    locate = Document.locate
 
     def counting(self: Document, path: Any, prefer_key: bool = False) -> Any:
         located.append(self.source)
-        return position(self, path, prefer_key)
+        return locate(self, path, prefer_key)
 
-    monkeypatch.setattr(Document, "position", counting)
+    monkeypatch.setattr(Document, "locate", counting)
     team = docs_of(("team", "rules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE))
     second = build_policy([*base, *team], node())
     assert "base.yaml" not in located

@@ -140,7 +140,7 @@ def test_null_is_not_an_unset(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     path = tmp_path / "null.yaml"
     path.write_text(policy_text("rules:\n  - name: be-memory-evict\n    cooldown: null\n"))
     assert cli.main(["validate", str(path)]) == 1
-    assert "null" in capsys.readouterr().out
+    assert "null" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- partial entries across profiles
@@ -169,7 +169,7 @@ def test_a_patch_of_a_rule_one_profile_defines_validates(tmp_path: Path, capsys:
     assert "cpu-load-pressure" in katalyst.rule_index
     assert "cpu-load-pressure" not in koordinator.rule_index
     assert cli.main(["validate", str(path)]) == 0
-    assert ": note: rule 'cpu-load-pressure' patches nothing" in capsys.readouterr().out
+    assert ": note: rule 'cpu-load-pressure' patches nothing" in capsys.readouterr().err
 
 
 def test_a_patch_that_patches_nothing_anywhere_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -138,7 +138,7 @@ def test_generator_is_deterministic_per_seed() -> None:
 
 def test_generator_cli_writes_the_same_bytes_twice(tmp_path: Path) -> None:
     for name in ("one.yaml", "two.yaml"):
-        assert main(["trace", "generate", "--hours", "2", "--seed", "9", "-o", str(tmp_path / name)]) == 0
+        assert main(["trace", "generate", "--hours", "2", "--seed", "9", "--output-file", str(tmp_path / name)]) == 0
     assert (tmp_path / "one.yaml").read_bytes() == (tmp_path / "two.yaml").read_bytes()
 
 

@@ -68,7 +68,7 @@ def test_a_recorded_run_replays_to_the_same_decisions(
     logged = [r for r in records(audit) if "facts" in r]
     assert len(logged) >= 8
     trace = tmp_path / "node.jsonl"
-    assert cli_main(["trace", "record", "--audit-log", str(audit), "-o", str(trace)]) == 0
+    assert cli_main(["trace", "record", "--audit-log", str(audit), "--output-file", str(trace)]) == 0
     assert read_trace(trace).samples and not read_trace(trace).closed_loop
     capsys.readouterr()
     assert cli_main(["simulate", str(trace), "-o", "json"]) == 0
@@ -95,7 +95,7 @@ def test_rotated_logs_in_any_order_make_one_trace(tmp_path: Path, capsys: pytest
     (tmp_path / "audit.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs[2:]))
     out = tmp_path / "t.jsonl"
     args = ["trace", "record", "--audit-log", str(tmp_path / "audit.jsonl"), str(tmp_path / "audit.jsonl.1")]
-    assert cli_main([*args, "-o", str(out)]) == 0
+    assert cli_main([*args, "--output-file", str(out)]) == 0
     trace = read_trace(out)
     assert [s.offset for s in trace.samples] == [0.0, 1.0, 2.0, 3.0]
     assert trace.start == 100.0 and trace.step == 1.0
@@ -145,7 +145,7 @@ def test_a_live_recording_changes_nothing_and_replays(tree: Subtree, tmp_path: P
             "2s",
             "--interval",
             "200ms",
-            "-o",
+            "--output-file",
             str(out),
             "--",
             "--root",

@@ -4,16 +4,25 @@ flags (engine.cli parses them), and the node a policy is built for (a file, or t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.config.errors import Location, PolicyError, Problem, UsageError
+from engine.config.errors import (
+    Location,
+    PolicyError,
+    Problem,
+    UsageError,
+    problems_document,
+    summary_line,
+    unique_problems,
+)
+from engine.config.lints import lint
 from engine.config.load import Document, read_file
-from engine.config.output import dump_yaml, yaml_with_origins
-from engine.config.pipeline import build_policy, load_documents, node_labels, validate
+from engine.config.output import dump_yaml, emit, yaml_with_origins
+from engine.config.pipeline import build_policy, load_documents, node_labels, read_documents, validate
 from engine.config.schema_check import schema_problems
 from engine.model.factnames import registry
 from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
@@ -64,55 +73,55 @@ def _node_from_document(doc: Document) -> NodeInfo:
     return node_from_snapshot(with_numbers(snapshot)["node"])
 
 
-def _print_problems(
-    problems: Sequence[Problem], output: str, summary: str, notes: Sequence[Problem] = ()
+def report_problems(
+    problems: Sequence[Problem], output: str, summary: str, valid: bool, notes: Sequence[Problem] = ()
 ) -> None:
-    if output == "json":
-        print(
-            json.dumps(
-                {
-                    "valid": not problems,
-                    "summary": summary,
-                    "problems": [p.to_dict() for p in problems],
-                    "notes": [n.to_dict() for n in notes],
-                },
-                indent=2,
-            )
-        )
+    """Problems as the command's result: a document on stdout for ``-o json|yaml`` (the shape
+    PolicyError uses for every command, plus validate's notes), else diagnostics on stderr and,
+    when the input is valid, the summary on stdout."""
+    if output in ("json", "yaml"):
+        emit({**problems_document(problems, summary, valid), "notes": [n.to_dict() for n in notes]}, output)
         return
-    for p in problems:
-        print(p.format())
-    for n in notes:
-        print(n.format().replace(": error: ", ": note: ", 1))
-    print(summary)
+    for p in (*problems, *notes):
+        print(p.format(), file=sys.stderr)
+    print(summary, file=sys.stdout if valid else sys.stderr)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    docs = load_documents(args.paths, builtin=not args.no_builtin)
+    docs, unread = read_documents(args.rules, builtin=not args.no_builtin)
+    if any(p.message == "no such file or directory" for p in unread):
+        raise PolicyError(unread)  # a usage error (exit 2): engine.cli
     node = (
         load_node(args.node, args.profile, args.label) if (args.node or args.profile or args.label) else None
     )
+    # A file that cannot be read does not hide the others' problems; the checks across documents
+    # (references, merging) wait until every file reads, or a reference into it would look missing.
     notes: list[Problem] = []
-    problems = validate(docs, node, notes)
-    files = {d.source for d in docs}
-    n = len(problems)
-    if problems:
-        summary = f"{n} problem{'s' if n != 1 else ''} in {len(docs)} document(s) from {len(files)} file(s)"
-    else:
-        summary = f"valid: {len(docs)} document(s) from {len(files)} file(s)"
-    _print_problems(problems, args.output, summary, notes)
-    return EXIT_INVALID if problems else EXIT_OK
+    problems = [*unread, *validate(docs, node, notes, documents_only=bool(unread))]
+    if not any(p.severity == "error" for p in problems):
+        problems += lint(docs, node)
+    if args.strict:
+        problems = [replace(p, severity="error") for p in problems]
+    problems = unique_problems(problems)
+    files = {d.source for d in docs} | {p.location.source for p in unread}
+    summary = summary_line(problems, len(docs), len(files))
+    if unread:
+        n = len({p.location.source for p in unread})
+        summary += f"; checks across documents skipped while {n} file{'s' if n != 1 else ''} cannot be read"
+    valid = not any(p.severity == "error" for p in problems)
+    report_problems(problems, args.output, summary, valid, [replace(n, severity="note") for n in notes])
+    return EXIT_OK if valid else EXIT_INVALID
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    docs = load_documents(args.paths, builtin=not args.no_builtin)
+    docs = load_documents(args.rules, builtin=not args.no_builtin)
     node = load_node(args.node, args.profile, args.label)
     policy = build_policy(docs, node)
     if args.output == "json":
         out = policy.to_document()
         if args.show_origin:
             out["origins"] = {path: str(loc) for path, loc in sorted(policy.origins.items())}
-        print(json.dumps(out, indent=2))
+        emit(out, "json")
     elif args.show_origin:
         sys.stdout.write(yaml_with_origins(policy))
     else:
@@ -124,16 +133,23 @@ def cmd_schema(args: argparse.Namespace) -> int:
     if args.names:
         if args.kind != "facts":
             raise UsageError("--names lists fact names; use `qosd schema facts --names`")
-        specs = registry().specs.values()
+        specs = sorted(registry().specs.values(), key=lambda s: s.name)
+        if args.output != "text":
+            rows = [
+                {"name": s.name, "kind": s.kind, "unit": s.unit or None, "windowed": bool(s.series),
+                 "description": s.description}
+                for s in specs
+            ]
+            emit(rows, args.output)
+            return EXIT_OK
         width = max(len(s.name) for s in specs)
-        for s in sorted(specs, key=lambda s: s.name):
+        for s in specs:
             extra = " (windowed)" if s.series else ""
             unit = f" [{s.unit}]" if s.unit else ""
             print(f"{s.name:<{width}}  {s.kind}{unit}{extra}  {s.description}".rstrip())
         return EXIT_OK
-    print(json.dumps(load_schema(args.kind), indent=2))
+    emit(load_schema(args.kind), "yaml" if args.output == "yaml" else "json")
     return EXIT_OK
-
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -144,11 +160,7 @@ def cmd_crd(args: argparse.Namespace) -> int:
     if args.kind != "all":
         crds = crds[:1] if args.kind == "policy" else [build_node_status_crd()]
     if args.output == "json":
-        print(
-            json.dumps(
-                crds[0] if len(crds) == 1 else {"apiVersion": "v1", "kind": "List", "items": crds}, indent=2
-            )
-        )
+        emit(crds[0] if len(crds) == 1 else {"apiVersion": "v1", "kind": "List", "items": crds}, "json")
     else:
         sys.stdout.write("---\n".join(dump_yaml(c) for c in crds))
     return EXIT_OK

@@ -20,7 +20,7 @@ from engine.cgroups.declared import NO_FILES, compile_files
 from engine.cgroups.files import VALUE_FORMATS, burst_problem, value_problem
 from engine.cgroups.paths import cgroup_path_problem
 from engine.config.errors import Location, PolicyError, Problem, short
-from engine.config.load import JsonPath, json_path
+from engine.config.load import JsonPath
 from engine.config.matchers import check_matchers, compile_matcher
 from engine.config.merge import NAMED_SECTIONS, Merged, Rendered
 from engine.config.policy import (
@@ -111,10 +111,7 @@ class _Checker:
         self.cgroup_files = NO_FILES  # spec.cgroup.files, compiled before the rules that write them
 
     def loc(self, path: JsonPath) -> Location:
-        loc = self.merged.locate(path)
-        if loc.line:
-            return Location(loc.source, loc.line, loc.column, json_path(("spec", *path)))
-        return loc
+        return self.merged.locate(path)  # the writing document's line:col and JSON path
 
     def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None:
         self.problems.append(Problem(self.loc(path), message, hint, tuple(related)))

@@ -8,9 +8,9 @@ instead of stopping at the first, so one run reports everything wrong with a fil
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, overload
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 if TYPE_CHECKING:
     from engine.cgroups.declared import DeclaredFiles
@@ -42,22 +42,54 @@ class Location:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A kind of node ``qosd validate`` built the policy for: the values of the labels the documents'
+    selectors distinguish (None: the label is absent) and the bundled profile that applies there.
+    A problem that only some kinds of node have names them, so an overlay that breaks only the
+    Koordinator profile says so instead of looking broken everywhere."""
+
+    labels: tuple[tuple[str, str | None], ...]
+    profile: str | None = None
+
+    def __str__(self) -> str:
+        present = [f"{k}={v}" for k, v in self.labels if v is not None]
+        absent = [k for k, v in self.labels if v is None]
+        where = f"labelled {', '.join(present)}" if present else f"without {', '.join(absent)}"
+        if not self.labels:
+            where = "of any labels"
+        return f"profile {self.profile} (nodes {where})" if self.profile else f"nodes {where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"labels": dict(self.labels), "profile": self.profile}
+
+
+Severity = Literal["error", "warning", "note"]
+
+
+@dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a document, with enough context to fix it without reading qosd's code."""
+    """One thing wrong with a document, with enough context to fix it without reading qosd's code.
+    A ``warning`` is a policy that loads and runs but works against itself (engine.config.lints);
+    ``qosd validate --strict`` treats warnings as errors. A ``note`` says what validate noticed and
+    accepted (a patch left out where nothing defines its entry)."""
 
     location: Location
     message: str
     hint: str = ""
     related: tuple[Location, ...] = field(default=())
+    variants: tuple[Variant, ...] = field(default=())  # empty: every node
+    severity: Severity = "error"
 
     def format(self) -> str:
         loc = self.location
-        head = f"{loc}: error: {self.message}"
-        if loc.line and loc.path != "$":
+        head = f"{loc}: {self.severity}: {self.message}"
+        if loc.line and loc.path not in ("$", ""):
             head += f" (at {loc.path})"
         lines = [head]
         for rel in self.related:
-            lines.append(f"  see also: {rel}" + (f" ({rel.path})" if rel.line else ""))
+            lines.append(f"  see also: {rel}" + (f" ({rel.path})" if rel.line and rel.path else ""))
+        if self.variants:
+            lines.append("  on: " + "; ".join(str(v) for v in self.variants))
         if self.hint:
             lines.append(f"  hint: {self.hint}")
         return "\n".join(lines)
@@ -65,31 +97,71 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.location.to_dict(),
+            "severity": self.severity,
             "message": self.message,
             "hint": self.hint or None,
             "related": [r.to_dict() for r in self.related],
+            "variants": [v.to_dict() for v in self.variants],
         }
+
+
+def unique_problems(problems: Iterable[Problem]) -> list[Problem]:
+    """Problems in location order, one per (location, message); the node variants of duplicates
+    (the same problem found on several kinds of node) are joined on the one kept."""
+    seen: dict[tuple[Location, str], Problem] = {}
+    for p in problems:
+        key = (p.location, p.message)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = p
+        elif p.variants and first.variants:
+            joined = tuple(sorted(set(first.variants) | set(p.variants), key=lambda v: (str(v), repr(v))))
+            seen[key] = replace(first, variants=joined)
+        elif not p.variants and first.variants:
+            seen[key] = replace(first, variants=())  # found without a variant: it holds everywhere
+    return sorted(seen.values(), key=lambda p: p.location)
+
+
+def summary_line(problems: Sequence[Problem], documents: int | None = None, files: int | None = None) -> str:
+    """``2 errors, 1 warning in 3 document(s) from 2 file(s)``: the last line of every report."""
+    errors = sum(1 for p in problems if p.severity == "error")
+    warnings = sum(1 for p in problems if p.severity == "warning")
+    counts = [f"{errors} error{'s' if errors != 1 else ''}"] if errors else []
+    counts += [f"{warnings} warning{'s' if warnings != 1 else ''}"] if warnings else []
+    where = f" in {documents} document(s) from {files} file(s)" if documents is not None else ""
+    if not counts:
+        return f"valid: {documents} document(s) from {files} file(s)" if documents is not None else "valid"
+    return ", ".join(counts) + where
+
+
+def problems_document(problems: Sequence[Problem], summary: str, valid: bool | None = None) -> dict[str, Any]:
+    """The machine-readable report of problems (``--output json|yaml``), one shape for every command."""
+    ok = valid if valid is not None else not any(p.severity == "error" for p in problems)
+    return {"valid": ok, "summary": summary, "problems": [p.to_dict() for p in problems]}
 
 
 class PolicyError(Exception):
     """Raised when documents cannot become a policy; carries every problem found, in file order."""
 
     def __init__(self, problems: Iterable[Problem]):
-        unique: dict[tuple[Location, str], Problem] = {}
-        for p in problems:
-            unique.setdefault((p.location, p.message), p)
-        self.problems: tuple[Problem, ...] = tuple(sorted(unique.values(), key=lambda p: p.location))
+        self.problems: tuple[Problem, ...] = tuple(unique_problems(problems))
         if not self.problems:
             raise ValueError("PolicyError needs at least one problem")
         super().__init__(self.format())
 
+    @property
+    def summary(self) -> str:
+        return summary_line(self.problems) + " found"
+
     def format(self) -> str:
-        n = len(self.problems)
         body = "\n".join(p.format() for p in self.problems)
-        return f"{body}\n{n} problem{'s' if n != 1 else ''} found"
+        return f"{body}\n{self.summary}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return problems_document(self.problems, self.summary, valid=False)
 
     def to_json(self) -> str:
-        return json.dumps({"valid": False, "problems": [p.to_dict() for p in self.problems]}, indent=2)
+        return json.dumps(self.to_dict(), indent=2)
 
 
 def short(value: Any, limit: int = 60) -> str:

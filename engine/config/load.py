@@ -209,13 +209,6 @@ class Document:
         line, col = self.marks.find(path, prefer_key)
         return Location(self.source, line, col, jp)
 
-    def position(self, path: JsonPath, prefer_key: bool = False) -> Location:
-        """Like ``locate`` but without the JSON path for file documents (provenance records many)."""
-        if self.is_cr:
-            return self.locate(path, prefer_key)
-        line, col = self.marks.find(path, prefer_key)
-        return Location(self.source, line, col, "")
-
 
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> JsonPath | None:
     """The path of a value nested more than ``limit`` levels inside ``value``, found without

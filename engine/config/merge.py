@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any
 
 from engine.config.errors import Location, Problem, short
-from engine.config.load import Document, JsonPath, Layer
+from engine.config.load import Document, JsonPath, Layer, json_path
 from engine.config.schema_check import did_you_mean
 from engine.config.selector import document_selector, may_overlap
 from engine.config.unset import DEFINITIONS as SECTION_DEFINITIONS
@@ -105,15 +105,27 @@ class Merged:
     unanchored: tuple[Unanchored, ...] = ()
 
     def locate(self, path: JsonPath) -> Location:
-        """Where the value at ``path`` (relative to ``spec``) was defined; nearest ancestor if needed."""
+        """Where the value at ``path`` (relative to the merged ``spec``) was written: the file position
+        and the JSON path *in that document* (``$.spec.rules[0]`` of the overlay that wrote it, not the
+        merged policy's ``$.spec.rules[3]``), so the path and the line:col point into one document.
+        A path with no origin of its own (a default, a key the schema reported missing) is located at
+        its nearest written ancestor, with the rest of the path appended."""
         p = tuple(path)
         while p:
             loc = self.origins.get(p)
             if loc is not None:
-                return loc
+                return _below(loc, tuple(path)[len(p) :])
             p = p[:-1]
         loc = self.origins.get(())
-        return loc if loc is not None else Location("<merged policy>", 0, 0, "$.spec")
+        if loc is not None:
+            return _below(loc, tuple(path))
+        return Location("<merged policy>", 0, 0, json_path(("spec", *path)))
+
+
+def _below(loc: Location, rest: JsonPath) -> Location:
+    if not rest or not loc.path:
+        return loc
+    return Location(loc.source, loc.line, loc.column, loc.path + json_path(rest)[1:])
 
 
 def _origins_of(r: Rendered, base: JsonPath, value: Any) -> tuple[tuple[JsonPath, Location], ...]:
@@ -127,7 +139,7 @@ def _origins_of(r: Rendered, base: JsonPath, value: Any) -> tuple[tuple[JsonPath
     while stack:
         rel, v = stack.pop()
         # Containers are located at their key ("when:"), scalars at the value itself.
-        out.append((rel, r.doc.position((*base, *rel), prefer_key=isinstance(v, dict | list))))
+        out.append((rel, r.doc.locate((*base, *rel), prefer_key=isinstance(v, dict | list))))
         if isinstance(v, dict):
             stack.extend(((*rel, k), sub) for k, sub in v.items())
         elif isinstance(v, list):

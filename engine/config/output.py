@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from engine.config.errors import Location
+from engine.config.errors import Location, PolicyError
 from engine.config.load import json_path
 from engine.config.policy import Policy
 
@@ -72,6 +74,23 @@ def yaml_with_origins(policy: Policy) -> str:
 
 def _complex(items: list[Any]) -> bool:
     return any(isinstance(i, Mapping | list) for i in items)
+
+
+def emit(data: Any, output: str) -> None:
+    """A command's machine-readable result on stdout: ``json`` (indented) or ``yaml``."""
+    if output == "yaml":
+        sys.stdout.write(dump_yaml(data))
+    else:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def print_policy_error(exc: PolicyError, output: str) -> None:
+    """Problems that stopped a command: with ``-o json|yaml`` a report on stdout (the result a
+    pipeline reads), else diagnostics on stderr."""
+    if output in ("json", "yaml"):
+        emit(exc.to_dict(), output)
+    else:
+        print(exc.format(), file=sys.stderr)
 
 
 def dump_yaml(data: Any) -> str:

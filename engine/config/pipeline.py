@@ -10,21 +10,25 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.config.compile import check_and_compile, document_problems
-from engine.config.errors import Location, PolicyError, Problem, UsageError
+from engine.config.errors import Location, PolicyError, Problem, UsageError, Variant, unique_problems
 from engine.config.load import (
+    MAX_FILE_BYTES,
     Document,
     JsonPath,
     Layer,
     Marks,
+    decode_utf8,
     expand_paths,
-    json_path,
     nesting_problem,
+    parse_documents,
     read_file,
     too_deep,
 )
@@ -34,11 +38,14 @@ from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
 from engine.config.selector import NODE_NAME_LABEL, document_selector, matches
 from engine.config.unset import has_unset, unset_problems
+from engine.features.rules.conditions import unknown_fact_problems
 from engine.model.node import NodeInfo
 from engine.resources import API_VERSION, bundled_policy_files, data_dir
+from engine.resources import PROFILE_LABEL as PROFILE_LABEL  # where the pipeline's users have found it
 
-PROFILE_LABEL = "qosd.io/profile"
 MAX_VARIANTS = 64
+STDIN = "-"  # a PATH of "-" is standard input, as for kubectl apply -f -
+STDIN_NAME = "<stdin>"
 
 REFERENCE_NODE = NodeInfo(
     name="validate-reference",
@@ -70,12 +77,23 @@ def load_documents(paths: Iterable[Path], builtin: bool = True) -> list[Document
 
     Every file is read even when an earlier one fails, so all parse errors come out in one run.
     """
+    docs, problems = read_documents(paths, builtin)
+    if problems:
+        raise PolicyError(problems)
+    return docs
+
+
+def read_documents(paths: Iterable[Path], builtin: bool = True) -> tuple[list[Document], list[Problem]]:
+    """The documents of every file that could be read, and the problems of those that could not
+    (``qosd validate`` goes on checking the readable ones). ``-`` is standard input."""
     with gc_paused():
         return _load_documents(paths, builtin)
 
 
-def _load_documents(paths: Iterable[Path], builtin: bool) -> list[Document]:
-    files, problems = expand_paths(list(paths))
+def _load_documents(paths: Iterable[Path], builtin: bool) -> tuple[list[Document], list[Problem]]:
+    paths = list(paths)
+    stdin = [p for p in paths if str(p) == STDIN]
+    files, problems = expand_paths([p for p in paths if str(p) != STDIN])
     docs: list[Document] = []
     given = {f.resolve() for f in files}
     if builtin:
@@ -85,14 +103,33 @@ def _load_documents(paths: Iterable[Path], builtin: bool) -> list[Document]:
                 docs.extend(_read(f, Layer.BUILTIN, problems, f"builtin:rules/{f.relative_to(root)}"))
     for f in files:
         docs.extend(_read(f, Layer.FILE, problems))
-    if problems:
-        raise PolicyError(problems)
-    return docs
+    if stdin:
+        docs.extend(_read_stdin(problems))
+    return docs, problems
 
 
 def _read(path: Path, layer: Layer, problems: list[Problem], display: str | None = None) -> list[Document]:
     try:
         return read_file(path, layer, display)
+    except PolicyError as exc:
+        problems.extend(exc.problems)
+        return []
+
+
+def _read_stdin(problems: list[Problem]) -> list[Document]:
+    """Rule documents piped in (``kubectl get qosp x -o yaml | qosd validate -``), located as
+    ``<stdin>:line:col``. Read once, however often ``-`` is named."""
+    raw = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        problems.append(
+            Problem(
+                Location(STDIN_NAME, 0, 0),
+                f"standard input is larger than {MAX_FILE_BYTES >> 20} MiB, more than qosd reads as rules",
+            )
+        )
+        return []
+    try:
+        return parse_documents(decode_utf8(raw, STDIN_NAME), STDIN_NAME, Layer.FILE)
     except PolicyError as exc:
         problems.extend(exc.problems)
         return []
@@ -190,7 +227,9 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
     if not problems:
         problems.extend(unset_problems(data.get("spec") or {}, doc.locate))
     if problems:
-        return None, problems
+        # The semantic checks need a valid shape, but a fact-name typo is found on any shape; report
+        # it with the schema errors instead of after they are fixed.
+        return None, problems + unknown_fact_problems(data, doc.locate)
     # A document that unsets fields may leave the merged spec without one it requires: check it whole.
     rendered = Rendered(doc, data, incomplete=bool(gaps) or has_unset(data.get("spec") or {}))
     problems.extend(document_problems(rendered))
@@ -272,8 +311,7 @@ def _check_merged_schema(merged: Merged) -> None:
     }
 
     def locate(path: JsonPath, prefer_key: bool = False) -> Location:
-        loc = merged.locate(path[1:])
-        return Location(loc.source, loc.line, loc.column, json_path(path)) if loc.line else loc
+        return merged.locate(path[1:])  # in the document that wrote it (Merged.locate)
 
     problems = schema_problems(document, locate)
     if problems:
@@ -320,23 +358,31 @@ def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[s
 
 
 def validate(
-    docs: list[Document], node: NodeInfo | None = None, notes: list[Problem] | None = None
+    docs: list[Document],
+    node: NodeInfo | None = None,
+    notes: list[Problem] | None = None,
+    documents_only: bool = False,
 ) -> list[Problem]:
     """Every problem in ``docs``: per document, and for each node variant their selectors distinguish.
 
     Without a node, templates render against REFERENCE_NODE (16 CPUs, 2 sockets, 2 NUMA, 64 GiB) with
     the variant's labels. If the selectors distinguish more than MAX_VARIANTS label sets, each
     document is checked on a node its own selector selects, together with whatever else applies there.
+    A problem that only some variants have names them (``Problem.variants``). ``documents_only``
+    checks each document alone (what validate can still say when some file could not be read: a
+    reference into the unreadable file would otherwise be reported as missing).
 
     A patch (an entry without a field complete entries need) that patches nothing on every variant
     its document applies to is a problem; one that patches nothing on some variants only is a note
     (appended to ``notes`` when given) naming those variants, since it does its work elsewhere.
     """
     with gc_paused():
-        return _validate(docs, node, notes)
+        return _validate(docs, node, notes, documents_only)
 
 
-def _validate(docs: list[Document], node: NodeInfo | None, notes: list[Problem] | None) -> list[Problem]:
+def _validate(
+    docs: list[Document], node: NodeInfo | None, notes: list[Problem] | None, documents_only: bool
+) -> list[Problem]:
     base_node = node or REFERENCE_NODE
     problems: list[Problem] = []
     rendered_all: list[Rendered] = []
@@ -345,6 +391,10 @@ def _validate(docs: list[Document], node: NodeInfo | None, notes: list[Problem] 
         problems.extend(p)
         if r is not None:
             rendered_all.append(r)
+    if documents_only:  # what one document says alone: its shape (above) and its fact names
+        for r in rendered_all:
+            problems.extend(unknown_fact_problems(r.data, r.doc.locate))
+        return unique_problems(problems)
     if node is None:
         problems.extend(conflicts(rendered_all, check_selectors=True))
     else:
@@ -353,32 +403,76 @@ def _validate(docs: list[Document], node: NodeInfo | None, notes: list[Problem] 
             conflicts([r for r in rendered_all if applies_to(r.doc, labels)], check_selectors=False)
         )
     if problems:
-        return _unique(problems)
+        return unique_problems(problems)
+    found: list[Problem] = []
+    checked: set[Variant] = set()
+    patches = _Patches(docs)
+    for v in node_variants(docs, node):
+        checked.add(v.variant)
+        try:
+            with gc_paused():
+                _, unanchored = _build_policy(v.docs, v.node)
+        except PolicyError as exc:
+            found.extend(replace(p, variants=(v.variant,)) for p in exc.problems)
+            continue
+        patches.record(v.labels, v.indices, unanchored)
+    missed, noted = patches.judge(single_node=node is not None)
+    if notes is not None:
+        notes.extend(noted)
+    return join_variants([*found, *missed], checked)
+
+
+def join_variants(found: Iterable[Problem], checked: set[Variant]) -> list[Problem]:
+    """``found`` with each problem once, naming the variants it was found on; a problem that every
+    checked variant has is a problem of the documents, not of a kind of node, and names none."""
+    return unique_problems(
+        replace(p, variants=()) if len(checked) == 1 or set(p.variants) == checked else p
+        for p in unique_problems(found)
+    )
+
+
+class NodeVariant(NamedTuple):
+    """One kind of node validate builds the policy for."""
+
+    variant: Variant  # its name: the distinguishing labels and the bundled profile
+    node: NodeInfo
+    docs: list[Document]  # the documents that apply there
+    labels: dict[str, str]
+    indices: tuple[int, ...]  # their positions in the documents validated
+
+
+def node_variants(docs: list[Document], node: NodeInfo | None = None) -> Iterator[NodeVariant]:
+    """Each kind of node the documents' selectors tell apart (``node`` alone when given). Label sets
+    that select the same documents are one variant."""
+    base_node = node or REFERENCE_NODE
     variants = (
         [dict(selection_labels(node))] if node is not None else label_variants(docs, base_node.labels)
     )
     if not variants:
         variants = [dict(base_node.labels)] + [_satisfying(d, base_node.labels) for d in docs]
+    keys = sorted({k for d in docs for k in _selector_keys(d)})
     seen: set[tuple[int, ...]] = set()
-    patches = _Patches(docs)
     for labels in variants:
         applicable = tuple(i for i, d in enumerate(docs) if applies_to(d, labels))
         if applicable in seen or not applicable:
             continue
         seen.add(applicable)
-        variant_node = base_node.with_labels(labels) if node is None else node
-        try:
-            with gc_paused():
-                _, unanchored = _build_policy([docs[i] for i in applicable], variant_node)
-        except PolicyError as exc:
-            problems.extend(exc.problems)
-            continue
-        patches.record(labels, applicable, unanchored)
-    found, noted = patches.judge(single_node=node is not None)
-    problems.extend(found)
-    if notes is not None:
-        notes.extend(noted)
-    return _unique(problems)
+        chosen = [docs[i] for i in applicable]
+        variant = Variant(tuple((k, labels.get(k)) for k in keys), _profile_of(chosen))
+        node_of = base_node.with_labels(labels) if node is None else node
+        yield NodeVariant(variant, node_of, chosen, labels, applicable)
+
+
+def _profile_of(docs: list[Document]) -> str | None:
+    """The bundled profile among ``docs`` (its ``metadata.labels`` name it), if one applies."""
+    for doc in docs:
+        if doc.layer is Layer.BUILTIN and isinstance(doc.data, dict):
+            meta = doc.data.get("metadata")
+            labels = meta.get("labels") if isinstance(meta, dict) else None
+            name = labels.get(PROFILE_LABEL) if isinstance(labels, dict) else None
+            if isinstance(name, str):
+                return name
+    return None
 
 
 class _Patches:
@@ -464,13 +558,6 @@ def _satisfying(doc: Document, base: Mapping[str, str]) -> dict[str, str]:
         elif op in ("NotIn", "DoesNotExist"):
             labels.pop(expr["key"], None)
     return labels
-
-
-def _unique(problems: list[Problem]) -> list[Problem]:
-    seen: dict[tuple[Location, str], Problem] = {}
-    for p in problems:
-        seen.setdefault((p.location, p.message), p)
-    return sorted(seen.values(), key=lambda p: p.location)
 
 
 def node_labels(items: Iterable[str], profile: str | None = None) -> dict[str, str]:

@@ -8,32 +8,22 @@ from pathlib import Path
 from typing import Any
 
 from engine.argtypes import (
+    add_profile,
+    add_rule_paths,
     add_tick_flags,
     cgroup_pattern,
     duration,
     integer,
+    lazy,
     listen_address,
-    profile,
     quantity,
 )
-from engine.config.pipeline import PROFILE_LABEL
-from engine.daemon.wiring import cmd_run
 
 Flag = tuple[tuple[str, ...], dict[str, Any]]
 REPEATABLE: dict[str, Any] = {"action": "append", "default": []}
 
 POLICY: tuple[Flag, ...] = (
-    (
-        ("--rules",),
-        {
-            **REPEATABLE,
-            "type": Path,
-            "metavar": "PATH",
-            "help": "rule file or directory (repeatable); re-read when it changes",
-        },
-    ),
     (("--no-builtin",), {"action": "store_true", "help": "leave out the built-in default layer"}),
-    (("--profile",), {"type": profile, "help": f"bundled profile to use (sets node label {PROFILE_LABEL})"}),
     (
         ("--label",),
         {
@@ -195,13 +185,16 @@ def add_parser(sub: Any) -> None:
         "run",
         help="run the node daemon: observe, evaluate and enforce every tick",
         description=(
-            "The node daemon. In a pod (or with --kubeconfig) it runs in Kubernetes mode: the pods of "
-            "its node are the workloads and QoSPolicy resources join the rule files. Elsewhere (or with "
-            "--standalone) the cgroups under --cgroup-root that --root or the workloads file selects "
+            "The node daemon. Kubernetes mode in a pod (or with --kubeconfig): the workloads are the pods "
+            "of this node, the policy the built-in layer, the rule files and every QoSPolicy whose "
+            "nodeSelector matches the node (docs/kubernetes.md). Standalone mode (--standalone, or outside "
+            "a pod): the cgroups under --cgroup-root that --root patterns or the --workloads file select "
             "are the workloads (docs/standalone.md)."
         ),
     )
+    add_rule_paths(r, "rule files or directories, over the built-in layer; re-read when they change")
     _add(r, POLICY)
+    add_profile(r)
     _add(r, LOOP)
     add_tick_flags(r, "decide and log, change nothing (with --once: print the plan to stdout)")
     _add(r, NODE)
@@ -213,4 +206,4 @@ def add_parser(sub: Any) -> None:
         ),
         KUBERNETES,
     )
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=lazy("engine.daemon.wiring", "cmd_run"))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from engine.config.errors import PolicyError
+from engine.config.output import emit, print_policy_error
 from engine.explain.decisions import explain
 from engine.explain.reader import read_ticks
 from engine.explain.report import format_json, format_text
@@ -28,13 +30,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     try:
         ticks = read_ticks(path)
     except PolicyError as exc:
-        if args.output == "json":
-            print(exc.to_json())
-        else:
-            print(exc.format(), file=sys.stderr)
+        print_policy_error(exc, args.output)
         return EXIT_INVALID
     results = explain(ticks, args.rule, args.target)
-    sys.stdout.write(
-        format_json(results) + "\n" if args.output == "json" else format_text(results, args.rule, args.target)
-    )
+    if args.output == "yaml":
+        emit(json.loads(format_json(results)), "yaml")
+    elif args.output == "json":
+        sys.stdout.write(format_json(results) + "\n")
+    else:
+        sys.stdout.write(format_text(results, args.rule, args.target))
     return EXIT_OK

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.argtypes import run_command
-from engine.explain.command import cmd_explain
+from engine.argtypes import add_output, lazy, run_command
 
 
 def add_parser(sub: Any) -> None:
@@ -27,8 +26,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--target", metavar="POD", help="only decisions about this pod (namespace/name, name or uid)"
     )
-    p.add_argument("--output", choices=("text", "json"), default="text")
-    p.set_defaults(func=cmd_explain)
+    add_output(p, what="json/yaml: the explanations as data")
+    p.set_defaults(func=lazy("engine.explain.command", "cmd_explain"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.argtypes import run_command
-from engine.ruletest.command import cmd_test
+from engine.argtypes import lazy, run_command
 
 
 def add_parser(sub: Any) -> None:
@@ -39,7 +38,7 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="also write the results as a JUnit XML report (one testsuite per suite) for CI systems",
     )
-    p.set_defaults(func=cmd_test)
+    p.set_defaults(func=lazy("engine.ruletest.command", "cmd_test"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine.config.errors import UsageError
+from engine.config.output import emit
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.plan.planner import Guards
+from engine.resources import DEFAULT_PROFILE
 from engine.simulate.diff import EXIT_DIFFER, compare, format_diff
+from engine.simulate.options import PROGRESS_MIN_STEPS
 from engine.simulate.plot import plot, plot_available
 from engine.simulate.report import format_text
 from engine.simulate.result import Options, Simulation
@@ -30,7 +33,6 @@ from engine.sources.trace import (
     write_trace,
 )
 
-PROGRESS_MIN_STEPS = 200
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
@@ -118,13 +120,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     progress = Progress(sys.stderr) if show and len(trace.samples) > PROGRESS_MIN_STEPS else None
     if args.progress and progress is None:
         progress = Progress(sys.stderr)
-    sim = _run(trace, args.rules, args, args.output == "json", progress)
+    sim = _run(trace, args.rules, args, args.output in ("json", "yaml"), progress)
     if isinstance(sim, int):
         return sim
     if args.output == "json":
         json.dump(sim.to_dict(), sys.stdout, default=str, separators=(",", ":"))
         sys.stdout.write("\n")
         sys.stdout.flush()
+    elif args.output == "yaml":
+        emit(json.loads(json.dumps(sim.to_dict(), default=str)), "yaml")
     else:
         text = format_text(sim, timeline=not args.no_timeline)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -146,9 +150,8 @@ def _compare(trace: Trace, args: argparse.Namespace) -> int:
         runs.append(sim)
     base, new = runs
     doc = compare(base, new)
-    if args.output == "json":
-        json.dump(doc, sys.stdout, default=str, indent=2)
-        sys.stdout.write("\n")
+    if args.output in ("json", "yaml"):
+        emit(json.loads(json.dumps(doc, default=str)), args.output)
     else:
         sys.stdout.write(format_diff(doc, base, new))
     sys.stdout.flush()
@@ -175,7 +178,7 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
                 else "(lengthen --step or shorten --hours)"
             )
         )
-    profile = None if args.profile == "default" else args.profile
+    profile = None if args.profile == DEFAULT_PROFILE else args.profile  # katalyst: no label needed
     doc = generate_tidal(
         hours=args.hours,
         step=args.step,
@@ -199,7 +202,7 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
         "Online pods carry both Koordinator labels and Katalyst annotations, so either profile reads them;\n"
         "override the profile with `qosd simulate --profile ...`."
     )
-    emit_trace(doc, args.output_file, args.format or "yaml", comment)
+    emit_trace(doc, args.output_file, "yaml" if args.format in (None, "text") else args.format, comment)
     return EXIT_OK
 
 
@@ -213,8 +216,11 @@ def emit_trace(doc: Mapping[str, Any], output_file: Path | None, fmt: str, comme
 
 
 def cmd_trace_validate(args: argparse.Namespace) -> int:
-    ok = True
-    for path in args.traces:
-        trace = read_trace(path)
-        print(f"valid: {describe(trace)}")
-    return EXIT_OK if ok else EXIT_INVALID
+    described = [describe(read_trace(path)) for path in args.traces]
+    if args.output in ("json", "yaml"):
+        traces = [{"path": str(p), "summary": d} for p, d in zip(args.traces, described, strict=True)]
+        emit({"valid": True, "traces": traces}, args.output)
+    else:
+        for d in described:
+            print(f"valid: {d}")
+    return EXIT_OK

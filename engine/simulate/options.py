@@ -6,13 +6,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from engine.argtypes import add_tick_flags, duration, integer, number, percent, profile, quantity
-from engine.config.pipeline import PROFILE_LABEL
-from engine.simulate.command import PROGRESS_MIN_STEPS, cmd_simulate, cmd_trace_generate, cmd_trace_validate
-from engine.simulate.record import add_record_parser
-from engine.sources.trace import (
-    GiB,
+from engine.argtypes import (
+    add_output,
+    add_profile,
+    add_tick_flags,
+    duration,
+    integer,
+    lazy,
+    number,
+    percent,
+    profile,
+    quantity,
 )
+
+GiB = float(1 << 30)
+# Traces longer than this show a progress bar on a terminal (simulate.command reads it from here).
+PROGRESS_MIN_STEPS = 200
 
 
 def add_parser(sub: Any) -> None:
@@ -33,7 +42,8 @@ def add_parser(sub: Any) -> None:
         default=[],
         type=Path,
         metavar="PATH",
-        help="rule file or directory (repeatable); the built-in layer is always loaded first",
+        help="rule file or directory (repeatable; - reads standard input), over the built-in layer. "
+        "simulate's positional argument is its TRACE, so rule files are given with --rules here",
     )
     s.add_argument(
         "trace_file", nargs="?", type=Path, metavar="TRACE", help="trace file (.yaml, .json or .jsonl)"
@@ -52,12 +62,10 @@ def add_parser(sub: Any) -> None:
     s.add_argument(
         "--plot", type=Path, metavar="PNG", help="draw utilization, reclaim and evictions to this PNG"
     )
-    s.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
+    add_output(s, what="json/yaml: a Simulation with every tick's Evaluation (--baseline: a SimulationDiff)")
     s.add_argument("--no-timeline", action="store_true", help="text output: the summary only")
     s.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
-    s.add_argument(
-        "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
-    )
+    add_profile(s)
     add_tick_flags(s, "plan no operations (nothing is published either)")
     s.add_argument(
         "--risk-cpu",
@@ -80,7 +88,7 @@ def add_parser(sub: Any) -> None:
         help=f"progress bar on stderr (default: when stderr is a terminal and the trace has "
         f"more than {PROGRESS_MIN_STEPS} samples)",
     )
-    s.set_defaults(func=cmd_simulate)
+    s.set_defaults(func=lazy("engine.simulate.command", "cmd_simulate"))
 
     t = sub.add_parser("trace", help="generate or check simulation traces")
     tsub = t.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
@@ -102,21 +110,76 @@ def add_parser(sub: Any) -> None:
     )
     g.add_argument(
         "--profile",
-        choices=("koordinator", "default"),
+        type=profile,
         default="koordinator",
-        help="bundled profile the node is labelled for (default koordinator)",
+        help="bundled profile the node is labelled for: koordinator (default) or katalyst (no label)",
     )
     g.add_argument("--name", help="metadata.name of the trace")
-    g.add_argument("--format", choices=("yaml", "json", "jsonl"), help="stdout format (files: by suffix)")
     g.add_argument(
         "-o",
+        "--output",
+        "--format",
+        dest="format",
+        choices=("yaml", "json", "jsonl", "text"),
+        help="stdout format: yaml (also: text), json or jsonl (files: by suffix)",
+    )
+    g.add_argument(
         "--output-file",
         type=Path,
         metavar="PATH",
         help="write here (.yaml, .json or .jsonl); default stdout",
     )
-    g.set_defaults(func=cmd_trace_generate)
-    add_record_parser(tsub)
+    g.set_defaults(func=lazy("engine.simulate.command", "cmd_trace_generate"))
+    _add_record_parser(tsub)
     v = tsub.add_parser("validate", help="check trace files; exit 0 valid, 1 invalid, 2 missing file")
-    v.add_argument("traces", nargs="+", type=Path, metavar="TRACE")
-    v.set_defaults(func=cmd_trace_validate)
+    v.add_argument(
+        "traces", nargs="+", type=Path, metavar="TRACE", help="trace files (.yaml, .json or .jsonl)"
+    )
+    add_output(v, what="json/yaml: a report of the traces read")
+    v.set_defaults(func=lazy("engine.simulate.command", "cmd_trace_validate"))
+
+
+def _add_record_parser(tsub: Any) -> None:
+    """``qosd trace record`` on the ``trace`` subcommand parser (engine/simulate/record.py runs it)."""
+    r = tsub.add_parser(
+        "record",
+        help="turn a node's audit log (qosd run --audit-log-facts) or a live recording into a trace",
+        description=(
+            "Turn what a node saw into a trace `qosd simulate` replays: the audit log of a "
+            "`qosd run --audit-log-facts` (--audit-log), or a recording here (--live DURATION, qosd run "
+            "in dry run with the flags after --). One snapshot sample per tick, replayed open loop."
+        ),
+    )
+    r.add_argument(
+        "--audit-log",
+        action="extend",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="audit log(s) of `qosd run --audit-log-facts`, rotated ones too (any order)",
+    )
+    r.add_argument(
+        "--live",
+        type=duration(1.0, 7 * 24 * 3600.0),
+        metavar="DURATION",
+        help="record here for this long (e.g. 10m), running qosd run in dry run with the flags after --",
+    )
+    r.add_argument("--interval", default="1s", help="with --live: the tick period (default 1s)")
+    r.add_argument("--name", help="metadata.name of the trace (default recorded-<node>)")
+    r.add_argument(
+        "-o",
+        "--output",
+        "--format",
+        dest="format",
+        choices=("yaml", "json", "jsonl"),
+        help="stdout format: yaml, json or jsonl (default jsonl; files: by suffix)",
+    )
+    r.add_argument(
+        "--output-file",
+        type=Path,
+        metavar="PATH",
+        help="write here (.yaml, .json or .jsonl); default stdout",
+    )
+    r.add_argument("run_args", nargs=argparse.REMAINDER, help="with --live: -- then qosd run flags")
+    r.set_defaults(func=lazy("engine.simulate.record", "cmd_trace_record_args"))

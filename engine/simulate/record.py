@@ -134,57 +134,10 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_record_parser(tsub: Any) -> None:
-    """``qosd trace record`` on the ``trace`` subcommand parser."""
-    from engine.argtypes import duration
-
-    r = tsub.add_parser(
-        "record",
-        help="turn a node's audit log (qosd run --audit-log-facts) or a live recording into a trace",
-        description=(
-            "Turn what a node saw into a trace `qosd simulate` replays: the audit log of a "
-            "`qosd run --audit-log-facts` (--audit-log), or a recording here (--live DURATION, qosd run "
-            "in dry run with the flags after --). One snapshot sample per tick, replayed open loop."
-        ),
-    )
-    r.add_argument(
-        "--audit-log",
-        action="extend",
-        nargs="+",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="audit log(s) of `qosd run --audit-log-facts`, rotated ones too (any order)",
-    )
-    r.add_argument(
-        "--live",
-        type=duration(1.0, 7 * 24 * 3600.0),
-        metavar="DURATION",
-        help="record here for this long (e.g. 10m), running qosd run in dry run with the flags after --",
-    )
-    r.add_argument("--interval", default="1s", help="with --live: the tick period (default 1s)")
-    r.add_argument("--name", help="metadata.name of the trace (default recorded-<node>)")
-    r.add_argument("--format", choices=("yaml", "json", "jsonl"), help="stdout format (default jsonl)")
-    r.add_argument(
-        "-o",
-        "--output-file",
-        type=Path,
-        metavar="PATH",
-        help="write here (.yaml, .json or .jsonl); default stdout",
-    )
-    r.add_argument("run_args", nargs=argparse.REMAINDER, help="with --live: -- then qosd run flags")
-    r.set_defaults(func=_strip_dashes(cmd_trace_record))
-
-
-def _strip_dashes(cmd: Any) -> Any:
-    """argparse keeps the ``--`` that starts REMAINDER; the run flags start after it."""
-
-    def run(args: argparse.Namespace) -> int:
-        if args.run_args and args.run_args[0] == "--":
-            args.run_args = args.run_args[1:]
-        if args.run_args and args.live is None:
-            raise UsageError(f"flags after -- go to a --live recording: {' '.join(args.run_args)}")
-        code: int = cmd(args)
-        return code
-
-    return run
+def cmd_trace_record_args(args: argparse.Namespace) -> int:
+    """``qosd trace record`` as parsed: argparse keeps the ``--`` that starts the run flags."""
+    if args.run_args and args.run_args[0] == "--":
+        args.run_args = args.run_args[1:]
+    if args.run_args and args.live is None:
+        raise UsageError(f"flags after -- go to a --live recording: {' '.join(args.run_args)}")
+    return cmd_trace_record(args)

@@ -129,6 +129,51 @@ def parse_condition(
     return _parse_fact(key, value, sub, locate, class_names, problems)
 
 
+def _unknown_fact(name: str, where: Location, class_names: tuple[str, ...]) -> Problem:
+    close = registry().suggest(name, class_names)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return Problem(
+        where,
+        f"unknown fact {name!r}",
+        hint + "fact names are defined in schemas/facts.schema.json; "
+        "list them with `qosd schema facts --names`",
+    )
+
+
+def unknown_fact_problems(document: Any, locate: Callable[[JsonPath], Location]) -> list[Problem]:
+    """Unknown fact names in the conditions of one document of any shape (a document the schema
+    refused: the compiler, which needs a valid shape, would find them only after the schema errors
+    are fixed, one more round trip for whoever is fixing the file)."""
+    spec = document.get("spec") if isinstance(document, dict) else None
+    rules = spec.get("rules") if isinstance(spec, dict) else None
+    classes = spec.get("classes") if isinstance(spec, dict) else None
+    names = tuple(
+        c["name"]
+        for c in (classes if isinstance(classes, list) else ())
+        if isinstance(c, dict) and isinstance(c.get("name"), str)
+    )
+    problems: list[Problem] = []
+    stack: list[tuple[Any, JsonPath]] = [
+        (rule[key], ("spec", "rules", i, key))
+        for i, rule in enumerate(rules if isinstance(rules, list) else ())
+        if isinstance(rule, dict)
+        for key in ("when", "clearWhen")
+        if key in rule
+    ]
+    while stack:
+        cond, path = stack.pop()
+        if not isinstance(cond, dict):
+            continue
+        for key, value in cond.items():
+            if key in ("all", "any") and isinstance(value, list):
+                stack.extend((v, (*path, key, j)) for j, v in enumerate(value))
+            elif key == "not":
+                stack.append((value, (*path, key)))
+            elif isinstance(key, str) and registry().resolve(key) is None:
+                problems.append(_unknown_fact(key, locate((*path, key)), names))
+    return problems
+
+
 def _parse_fact(
     name: str,
     ops: Any,
@@ -140,16 +185,7 @@ def _parse_fact(
     reg = registry()
     ref = reg.resolve(name)
     if ref is None:
-        close = reg.suggest(name, class_names)
-        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        problems.append(
-            Problem(
-                locate(path),
-                f"unknown fact {name!r}",
-                hint + "fact names are defined in schemas/facts.schema.json; "
-                "list them with `qosd schema facts --names`",
-            )
-        )
+        problems.append(_unknown_fact(name, locate(path), class_names))
         return None
     if ref.class_name is not None and ref.class_name not in class_names:
         problems.append(
