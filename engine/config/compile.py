@@ -39,7 +39,7 @@ from engine.features.class_knobs import spec as set_cgroup_spec
 from engine.features.class_knobs.knob_check import check_knob
 from engine.features.class_knobs.knobs import compile_knob
 from engine.features.class_knobs.spec import ClassCpu, ClassMemory, check_class_knobs
-from engine.features.cpu_burst.spec import compile_section as compile_cfs_quota_burst
+from engine.features.cpu_burst.spec import compile_cfs_quota_burst
 from engine.features.eviction import spec as eviction_spec
 from engine.features.eviction.pressure_spec import compile_pressure
 from engine.features.memory_qos import spec as memory_guard_spec
