@@ -401,6 +401,8 @@ def cgroup_inputs(tmp_path: Path, observed: dict[str, dict[str, str]] | None = N
     facts = yaml.safe_load((SNAPSHOTS / "memory-pressure.yaml").read_text())
     for w in facts["workloads"]:
         w["cgroupPath"] = f"kubepods/burstable/pod{w['uid']}"
+        for c in w["containers"]:  # the burst is per container, the pod's is their sum
+            c["cgroupPath"] = f"{w['cgroupPath']}/{c['name']}"
     if observed:
         facts["cgroups"] = observed
     snapshot = tmp_path / "facts.yaml"

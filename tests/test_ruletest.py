@@ -723,6 +723,8 @@ def test_cgroup_intents_validate_and_match(tmp_path: Path, capsys: pytest.Captur
     facts = read_facts(MEMORY_PRESSURE)
     for w in facts["workloads"]:
         w["cgroupPath"] = f"kubepods/burstable/pod{w['uid']}"
+        for c in w["containers"]:  # the burst is per container, the pod's is their sum
+            c["cgroupPath"] = f"{w['cgroupPath']}/{c['name']}"
     (tmp_path / "facts.json").write_text(json.dumps(facts))
     (tmp_path / "burst.yaml").write_text(
         "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: burst-on}\nspec:\n"
@@ -743,8 +745,10 @@ def test_cgroup_intents_validate_and_match(tmp_path: Path, capsys: pytest.Captur
             expect:
               intents:
                 - {kind: cgroup, file: cpu.cfs_burst_us, value: "4000000", pod: shop/frontend, rule: cpu-burst}
+                - {kind: cgroup, file: cpu.cfs_burst_us, value: "4000000", pod: shop/frontend, rule: cpu-burst}
               notIntents: [{kind: cgroup, file: cpu.cfs_burst_us}]
               operations:
+                - {kind: writeCgroup, path: kubepods/burstable/podls-1/web, file: cpu.cfs_burst_us, value: "4000000"}
                 - {kind: writeCgroup, path: kubepods/burstable/podls-1, file: cpu.cfs_burst_us, value: "4000000"}
             """,
     )

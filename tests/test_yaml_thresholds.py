@@ -38,8 +38,11 @@ def evaluate(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: 
 
 
 def suppress_cpuset(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    # The class directory's cpuset (the policy also lifts its CFS quota: cpu.cfs_quota_us -1).
     (intent,) = [
-        i for i in result["intents"] if i["kind"] == "cgroup" and i["provenance"]["rule"] == "be-cpu-suppress"
+        i
+        for i in result["intents"]
+        if i["kind"] == "cgroup" and i["provenance"]["rule"] == "be-cpu-suppress" and i["file"] == "cpuset.cpus"
     ]
     return intent["value"], intent["provenance"]["inputs"]
 

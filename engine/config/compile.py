@@ -39,7 +39,7 @@ from engine.features.class_knobs import spec as set_cgroup_spec
 from engine.features.class_knobs.knob_check import check_knob
 from engine.features.class_knobs.knobs import compile_knob
 from engine.features.class_knobs.spec import ClassCpu, ClassMemory, check_class_knobs
-from engine.features.cpu_burst import spec as cpu_burst_spec
+from engine.features.cpu_burst.spec import compile_cfs_quota_burst
 from engine.features.eviction import spec as eviction_spec
 from engine.features.eviction.pressure_spec import compile_pressure
 from engine.features.eviction.round_spec import compile_round
@@ -182,7 +182,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
     check_pools(c, pools)
     reclaim = compile_reclaim(c, spec.get("reclaim") or {})
     pressure = compile_pressure(c, spec.get("pressure") or {})
-    cfs_quota_burst = cpu_burst_spec.compile_section(c, spec.get("cfsQuotaBurst") or {})
+    cfs_quota_burst = compile_cfs_quota_burst(c, spec.get("cfsQuotaBurst") or {})
     mode = str(spec.get("mode", "enforce"))
     c.cgroup_files = compile_files(c, spec.get("cgroup") or {})
     rules = [_compile_rule(c, i, raw, mode) for i, raw in enumerate(spec.get("rules", []))]

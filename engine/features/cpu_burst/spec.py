@@ -68,7 +68,7 @@ def _overlay(spec: CfsQuotaBurstSpec, text: str) -> tuple[CfsQuotaBurstSpec, str
     return replace(spec, **changes), None
 
 
-def compile_section(c: Checker, raw: Mapping[str, Any]) -> CfsQuotaBurstSpec | None:
+def compile_cfs_quota_burst(c: Checker, raw: Mapping[str, Any]) -> CfsQuotaBurstSpec | None:
     """The section's typed spec, None when it names no class (nothing to burst or hold); class
     references are checked. Switched off (``enabled: false``), the classes' quotas are held at the
     base of their CPU limits, as Koordinator's policy none resets a burst quota every round."""
