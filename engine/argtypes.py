@@ -184,3 +184,21 @@ def run_command(name: str, add_parser: Callable[[Any], None], argv: Sequence[str
     args = parser.parse_args([name, *(argv if argv is not None else sys.argv[1:])])
     code: int = args.func(args)
     return code
+
+
+def add_tick_flags(parser: Any, dry_run_help: str) -> None:
+    """The flags every command that runs the tick shares (``run``, ``simulate``): the evaluator, the
+    dry run and the eviction burst, with one wording and one bound each."""
+    parser.add_argument(
+        "--backend",
+        choices=("python", "durable"),
+        default="python",
+        help="condition evaluator: compiled Python (default) or durable-rules (the optional extra)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    parser.add_argument(
+        "--eviction-burst",
+        type=integer(0, 10000),
+        default=3,
+        help="evictions per tick across all rules, 0-10000 (default 3)",
+    )

@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.argtypes import integer, number
 from engine.cgroups.mounts import CgroupLayout, CgroupUnavailable
+from engine.demo_report import report, risk_note
 
 CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 GROUPS = ("online", "batch")
@@ -212,7 +213,7 @@ class Run:
 
 @dataclass(frozen=True)
 class Load:
-    duration: float = 5.0
+    duration: float = 3.0
     rate: float = 200.0
     work: int = 5000
     warmup: float = 1.0
@@ -315,47 +316,45 @@ def decisions(audit: Path) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def live(load: Load, out: Any = sys.stdout) -> int:
+SCENARIOS = (
+    ("probe alone", True, False, False),
+    ("probe + batch, no qosd", True, True, False),
+    ("probe + batch, qosd run", True, True, True),
+)
+
+
+def live(load: Load, out: Any = None, repeats: int = 3) -> int:
+    """Each scenario ``repeats`` times, interleaved (round r starts at scenario r, so a load that
+    drifts over the minutes falls on every scenario alike); the medians, the spread, and a verdict
+    that says so when the machine is too noisy to conclude."""
+    out = out if out is not None else sys.stdout  # looked up now: a caller may have replaced it
     cg = DemoCgroups()
     cg.remove()
     cg.create()
     print(
         f"qosd demo: a latency probe ({load.rate:g} requests/s) next to a CPU-hungry batch job, "
-        f"{load.duration:g}s per run, on this machine's real cgroups ({cg.root}/*/{cg.name}).",
+        f"{load.duration:g}s per run, {repeats} round(s) of the three runs interleaved, on this "
+        f"machine's real cgroups ({cg.root}/*/{cg.name}).",
         file=out,
     )
+    runs: dict[str, list[Run]] = {name: [] for name, *_ in SCENARIOS}
     try:
-        runs = []
-        for name, probe_on, batch_on, managed in (
-            ("probe alone", True, False, False),
-            ("probe + batch, no qosd", True, True, False),
-            ("probe + batch, qosd run", True, True, True),
-        ):
-            print(f"  running: {name} ...", file=out, flush=True)
-            runs.append(run(cg, name, load, with_probe=probe_on, with_batch=batch_on, managed=managed))
+        for r in range(repeats):
+            shift = r % len(SCENARIOS)
+            for name, probe_on, batch_on, managed in SCENARIOS[shift:] + SCENARIOS[:shift]:
+                print(f"  round {r + 1}/{repeats}: {name} ...", file=out, flush=True)
+                runs[name].append(
+                    run(cg, name, load, with_probe=probe_on, with_batch=batch_on, managed=managed)
+                )
     finally:
         cg.remove()
-    alone = runs[0].probe or {}
-    print("\nWhat qosd decided (bundled default policy, standalone mode):", file=out)
-    for d in runs[2].decisions or ("nothing to change",):
-        print(f"  {d}", file=out)
-    print(f"\n{'run':<26} {'p50 µs':>8} {'p99 µs':>8} {'p99 vs alone':>13} {'batch chunks/s':>15}", file=out)
-    for r in runs:
-        p = r.probe or {}
-        ratio = p.get("p99_us", 0) / alone["p99_us"] if alone.get("p99_us") else 0.0
-        rate = f"{r.batch['rate']:.0f}" if r.batch else "-"
-        print(
-            f"{r.name:<26} {p.get('p50_us', 0):>8.0f} {p.get('p99_us', 0):>8.0f} {ratio:>12.2f}x {rate:>15}",
-            file=out,
-        )
-    print(
-        "\nThe recorded benchmark with targets: python -m bench.colocation.run (bench/RESULTS.md).", file=out
-    )
+    report(runs, [name for name, *_ in SCENARIOS], out)
     return 0
 
 
-def simulated(reason: str, out: Any = sys.stdout) -> int:
+def simulated(reason: str, out: Any = None) -> int:
     """No cgroups to manage here: a generated day on a simulated 32-CPU node, through the same engine."""
+    out = out if out is not None else sys.stdout  # looked up now: a caller may have replaced it
     from engine.config.errors import Location
     from engine.config.pipeline import build_policy, load_documents
     from engine.evaluate.engine import Engine
@@ -383,6 +382,9 @@ def simulated(reason: str, out: Any = sys.stdout) -> int:
         engine.backend.close()
     text = format_text(sim, timeline=False)
     out.write(text if text.endswith("\n") else text + "\n")
+    note = risk_note(sim)
+    if note:
+        out.write("\n" + note + "\n")
     return 0
 
 
@@ -394,7 +396,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     reason = "--simulate was given" if args.simulate else DemoCgroups.available()
     if reason is not None:
         return simulated(reason)
-    return live(load)
+    return live(load, repeats=args.repeat)
 
 
 # Bounds of the workload flags: a run long enough to measure and short enough to wait for; a probe
@@ -405,13 +407,14 @@ WARMUP = number(0, 600)
 RATE = number(1, 10_000)
 WORK = integer(1, 10_000_000)
 WORKERS = integer(1, 4096)
+REPEAT = integer(1, 20)
 
 
 def add_load_flags(parser: argparse.ArgumentParser, batch: bool = False) -> None:
     """The workload flags of ``qosd demo`` and of its probe and batch processes, each bounded: a
     negative duration or a zero rate would run and report nonsense with exit 0."""
     parser.add_argument(
-        "--duration", type=DURATION, default=5.0, help="measured seconds per run, 0.1-3600 (default 5)"
+        "--duration", type=DURATION, default=3.0, help="measured seconds per run, 0.1-3600 (default 3)"
     )
     if not batch:
         parser.add_argument(
@@ -429,6 +432,13 @@ def add_parser(sub: Any) -> None:
         description=__doc__.split("\n\n")[0],
     )
     add_load_flags(d)
+    d.add_argument(
+        "--repeat",
+        type=REPEAT,
+        default=3,
+        help="rounds of the three runs, interleaved, 1-20 (default 3): the spread says whether the "
+        "machine is quiet enough to conclude",
+    )
     d.add_argument("--simulate", action="store_true", help="use the simulated node even as root")
     d.set_defaults(func=cmd_demo)
 

@@ -130,3 +130,12 @@ def real_subtree(children: tuple[str, ...] = ("app",), sleeper: str | None = "ap
             remove_tree(roots[c] / name, roots[c])
     for c in CONTROLLERS:
         assert not (roots[c] / name).exists(), f"cleanup left {roots[c] / name}"
+
+
+@contextlib.contextmanager
+def web_and_batch() -> Iterator[Subtree]:
+    """The subtree the daemon's tests run on: ``web`` (shared_cores by the default name mapping)
+    and ``batch`` (reclaimed_cores), each with a sleeping process."""
+    with real_subtree(children=("web", "batch"), sleeper="batch") as t:
+        t.spawn("web", ["sleep", "300"])
+        yield t

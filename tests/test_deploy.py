@@ -122,3 +122,13 @@ def test_rbac_binds_the_daemonsets_service_account() -> None:
             d["kind"] == binding["roleRef"]["kind"] and d["metadata"]["name"] == binding["roleRef"]["name"]
             for d in docs
         )
+
+
+def test_the_daemonset_bounds_its_audit_log() -> None:
+    """The audit log is on the host path: the DaemonSet sets its rotation explicitly (issue 18)."""
+    args = run_args()
+    flags = container()["args"]
+    assert any(a.startswith("--audit-log-max-bytes=") for a in flags)
+    assert any(a.startswith("--audit-log-keep=") for a in flags)
+    assert args.audit_log is not None and 0 < args.audit_log_max_bytes <= 256 * 2**20
+    assert 1 <= args.audit_log_keep <= 10

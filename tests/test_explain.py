@@ -13,7 +13,7 @@ import yaml
 
 from engine.cli import main as cli_main
 from engine.explain.options import main
-from engine.explain.units import human_bytes, num
+from engine.model.units import human_bytes, num
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = ROOT / "examples" / "snapshots"
@@ -60,13 +60,13 @@ def test_memory_pressure_eviction_in_words(capsys: pytest.CaptureFixture[str], t
     )
     r = ref(doc, "be-memory-evict")
     assert (
-        f"- Chose to evict batch/etl-small (class BE, rank 1 of 5 by priority 5000, memory.usage 1.0 GiB, name etl-small) "
-        f"because {r} saw node.memory.usage_percent = 82 >= 70; it releases down to 68%: "
+        f"- Chose to evict batch/etl-small (class BE, rank 1 of 3 eligible by priority 5000, memory.usage 1.0 GiB, name etl-small) "
+        f"because {r} saw node.memory.usage_percent = 82% >= 70%; it releases down to 68%: "
         "68719476736 * (82 - 68) / 100 = 9.0 GiB, 0 already pending; this eviction brings released to 1.0 GiB."
     ) in lines
     assert (
-        f"- Chose to evict batch/spark-exec-1 (class BE, rank 2 of 5 by priority 5500, memory.usage 12.0 GiB, "
-        f"name spark-exec-1) because {r} saw node.memory.usage_percent = 82 >= 70; it releases down to 68%: "
+        f"- Chose to evict batch/spark-exec-1 (class BE, rank 2 of 3 eligible by priority 5500, memory.usage 12.0 GiB, "
+        f"name spark-exec-1) because {r} saw node.memory.usage_percent = 82% >= 70%; it releases down to 68%: "
         "68719476736 * (82 - 68) / 100 = 9.0 GiB, 0 already pending; this eviction brings released to 13.0 GiB "
         "(target met)."
     ) in lines
@@ -83,8 +83,8 @@ def test_audit_mode_says_would_have(capsys: pytest.CaptureFixture[str], tmp_path
     code, out, _ = explain(capsys, str(path), "--rule", "be-memory-evict")
     assert code == 0
     assert (
-        f"- Would have evicted batch/spark-big (class BE, rank 1 of 4 by priority 5500, memory.usage 6.0 GiB, "
-        f"name spark-big) because {ref(doc, 'be-memory-evict')} saw node.memory.usage_percent = 75 >= 70; "
+        f"- Would have evicted batch/spark-big (class BE, rank 1 of 2 eligible by priority 5500, memory.usage 6.0 GiB, "
+        f"name spark-big) because {ref(doc, 'be-memory-evict')} saw node.memory.usage_percent = 75% >= 70%; "
         "it releases down to 68%: 68719476736 * (75 - 68) / 100 = 4.5 GiB, 0 already pending; "
         "this eviction brings released to 6.0 GiB (target met). Held: audit mode: reported, not executed."
     ) in out.splitlines()
@@ -147,13 +147,13 @@ def test_system_memory_pressure_and_taint(capsys: pytest.CaptureFixture[str], tm
     code, out, _ = explain(capsys, str(path))
     assert code == 0
     assert (
-        f"- Chose to evict batch/etl (class reclaimed_cores, rank 1 of 8 by class eviction priority 0, priority 50, "
+        f"- Chose to evict batch/etl (class reclaimed_cores, rank 1 of 3 eligible by class eviction priority 0, priority 50, "
         f"memory.usage 1.0 GiB, grace period 1s) because {ref(doc, 'system-memory-pressure-reclaimed')} saw "
-        "node.memory.pressure = reclaimed_eviction = reclaimed_eviction; it has no release target, so it "
+        "node.memory.pressure = reclaimed_eviction; it has no release target, so it "
         "evicts its top-ranked candidates up to its per-round limit."
     ) in out.splitlines()
     assert (
-        "- Tainted the node with node.katalyst.kubewharf.io/MemoryPressure:NoSchedule because "
+        "- Chose to taint the node with node.katalyst.kubewharf.io/MemoryPressure:NoSchedule because "
         f"{ref(doc, 'system-memory-pressure-taint')} saw node.memory.pressure = reclaimed_eviction != noop"
     ) in out
 
@@ -163,7 +163,7 @@ def test_numa_scoped_rule_names_the_numa_node(capsys: pytest.CaptureFixture[str]
     code, out, _ = explain(capsys, str(path), "--target", "etl")
     assert code == 0
     assert (
-        "on NUMA node 0 saw numa.memory.watermark_pressure = reclaimed_eviction = reclaimed_eviction;"
+        "on NUMA node 0 saw numa.memory.watermark_pressure = reclaimed_eviction;"
     ) in out
     assert "grace period 1s" in out
 
@@ -176,7 +176,7 @@ def test_protected_class_overlay_and_own_grace(capsys: pytest.CaptureFixture[str
     code, out, _ = explain(capsys, str(path), "--rule", "numa-memory-pressure")
     assert code == 0
     assert (
-        "- Chose to evict shop/web (class shared_cores, rank 1 of 3 by class eviction priority 100, priority 1000"
+        "- Chose to evict shop/web (class shared_cores, rank 1 of 1 eligible by class eviction priority 100, priority 1000"
         in out
     )
     assert "the pod's own grace period" in out
@@ -419,7 +419,7 @@ def test_cgroup_writes_and_values_already_in_place(
     code, out, _ = explain(capsys, str(path), "--target", "frontend")
     assert code == 0
     assert (
-        "- Wrote 4000000 to kubepods/burstable/podls-1/cpu.cfs_burst_us (pod shop/frontend) because "
+        "- Chose to write 4000000 to kubepods/burstable/podls-1/cpu.cfs_burst_us (pod shop/frontend) because "
         f"{ref(doc, 'cpu-burst')} has no condition (it acts every tick)."
     ) in out.splitlines()
 

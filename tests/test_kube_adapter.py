@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from engine.adapters.executor import NodeExecutor
-from engine.adapters.kube import HEARTBEAT_REFRESH, KubeOperations, _same_quantity
+from engine.adapters.kube import HEARTBEAT_REFRESH, KubeOperations, _same_quantity, retry_delay
 from engine.kube.apicall import describe_error, parse_time, retryable, rfc3339
 from engine.kube.client import COMPONENT, REPORTING_CONTROLLER, Backoff
 from engine.kube.events import EventRecorder, ObjectRef
@@ -834,3 +834,34 @@ def test_a_pdb_429_does_not_hold_back_other_evictions(kit: Kit) -> None:
     free = str(_pod(server, "batch-1", labels={"app": "batch"})["metadata"]["uid"])
     assert kit.apply(_evict(uid)).status == "deferred"
     assert kit.apply(_evict(free, name="batch-1")).status == "applied"
+
+
+def test_a_refused_eviction_is_retried_with_a_per_pod_backoff(kit: Kit) -> None:
+    """Katalyst's pod killer retries a failed eviction through client-go's rate-limited queue: per
+    pod 5ms, doubling to 1000s (issue 16). A PDB keeps refusing: the pod is asked again only once
+    its backoff has passed, other pods are not held, and a success clears the record."""
+    server = kit.server
+    _pdb(server)
+    uid = _setup_running(server)
+    free = str(_pod(server, "batch-1", labels={"app": "batch"})["metadata"]["uid"])
+    asked = 0
+    for failures in range(1, 12):
+        result = kit.apply(_evict(uid))
+        assert (result.status, result.attempts) == ("deferred", 1)
+        asked += 1
+        held = kit.apply(_evict(uid))  # at once again: inside the backoff, nothing is sent
+        assert (held.status, held.attempts) == ("deferred", 0)
+        assert f"failed {failures} time(s)" in (held.error or "")
+        kit.clock.now += retry_delay(failures)
+    assert retry_delay(11) == pytest.approx(5.12)
+    assert kit.apply(_evict(free, name="batch-1")).status == "applied"  # other pods are not held
+    evictions = [r for r in _requests(server, "POST") if r.path.endswith("/eviction") and "web-1" in r.path]
+    assert len(evictions) == asked == 11
+    server.delete("policy/v1", "PodDisruptionBudget", "web", "shop")
+    assert kit.apply(_evict(uid)).status == "applied"
+    assert uid not in kit.ops.retry
+
+
+@pytest.mark.parametrize(("failures", "delay"), [(1, 0.005), (2, 0.01), (9, 1.28), (18, 655.36), (19, 1000.0), (500, 1000.0)])
+def test_retry_delay_doubles_from_5ms_to_1000s(failures: int, delay: float) -> None:
+    assert retry_delay(failures) == pytest.approx(delay)

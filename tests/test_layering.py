@@ -11,7 +11,13 @@ import pytest
 
 from engine.config.errors import PolicyError
 from engine.config.load import Document, Layer, parse_documents
-from engine.config.pipeline import REFERENCE_NODE, build_policy, document_from_object, validate
+from engine.config.pipeline import (
+    REFERENCE_NODE,
+    build_policy,
+    document_from_object,
+    load_documents,
+    validate,
+)
 from engine.features.class_knobs.spec import ClassCpu
 from tests.conftest import policy_text
 
@@ -330,15 +336,16 @@ def test_an_action_of_the_same_kind_merges_and_another_kind_replaces() -> None:
 
 
 def test_a_rule_without_actions_after_merging_is_reported_where_it_is_defined() -> None:
+    """A partial rule no document completes patches nothing: validate refuses it at its name; a
+    node's build leaves it out (tests/test_layering_patches.py has the per-variant semantics)."""
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
         ("team", "rules:\n  - name: brand-new\n    for: 5s\n", Layer.FILE),
     )
-    with pytest.raises(PolicyError) as info:
-        build_policy(docs, node())
-    (problem,) = info.value.problems
-    assert problem.message == "missing required field 'then'"
-    assert (problem.location.source, problem.location.line, problem.location.column) == ("team.yaml", 6, 7)
+    (problem,) = validate(docs)
+    assert problem.message.startswith("rule 'brand-new' has no `then`, and no document defines")
+    assert (problem.location.source, problem.location.line, problem.location.column) == ("team.yaml", 6, 13)
+    assert "brand-new" not in build_policy(docs, node()).rule_index
 
 
 def test_validate_for_one_node_ignores_documents_that_do_not_apply_to_it() -> None:
@@ -401,3 +408,97 @@ def test_a_rebuild_does_not_locate_an_unchanged_document_again(monkeypatch: pyte
     assert second.origins == fresh.origins and second.spec == fresh.spec
     assert second.hash == fresh.hash != first.hash
     assert second.rule_index["mem-evict"].sustain == 40.0
+
+
+# ---------------------------------------------------------------- KCC tiers (issue 16)
+# katalyst-core pkg/controller/kcc/util/kcct_test.go Test_findMatchedTargetConfig: configs naming the
+# node (nodeNames) over label-selected ones over the global one; equal priority at the top is an error.
+
+KCC_POLICIES = Path(__file__).parent.parent / "examples" / "parity" / "katalyst" / "kcc" / "policies"
+
+
+def _kcc_winner(case: str, **labels: str) -> str:
+    docs = load_documents([KCC_POLICIES / f"{case}.yaml"])
+    node1 = dataclasses.replace(REFERENCE_NODE.with_labels(labels), name="node-1")
+    rule = build_policy(docs, node1).rule_index["kcc-target"]
+    return str(rule.actions[0].params["key"])
+
+
+def test_node_named_document_outranks_a_label_selected_one_of_higher_priority() -> None:
+    docs = docs_of(
+        ("base", BASE, Layer.BUILTIN),
+        ("labels", "priority: 50\nnodeSelector: {matchLabels: {aa: default}}\nrules:\n  - name: mem-evict\n    for: 20s\n", Layer.FILE),
+        ("named", "nodeNames: [node-1]\nrules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE),
+    )
+    node1 = dataclasses.replace(node(aa="default"), name="node-1")
+    assert build_policy(docs, node1).rule_index["mem-evict"].sustain == 40.0
+    node2 = dataclasses.replace(node(aa="default"), name="node-2")
+    assert build_policy(docs, node2).rule_index["mem-evict"].sustain == 20.0
+    assert validate(docs) == []
+
+
+def test_label_selected_beats_global_at_equal_priority_and_priority_still_counts() -> None:
+    docs = docs_of(
+        ("base", BASE, Layer.BUILTIN),
+        ("a-global", "rules:\n  - name: mem-evict\n    for: 20s\n", Layer.FILE),
+        ("labels", "nodeSelector: {matchLabels: {aa: default}}\nrules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE),
+    )
+    assert build_policy(docs, node(aa="default")).rule_index["mem-evict"].sustain == 40.0
+    assert build_policy(docs, node()).rule_index["mem-evict"].sustain == 20.0
+    assert validate(docs) == []
+    higher_global = docs_of(
+        ("base", BASE, Layer.BUILTIN),
+        ("a-global", "priority: 5\nrules:\n  - name: mem-evict\n    for: 20s\n", Layer.FILE),
+        ("labels", "nodeSelector: {matchLabels: {aa: default}}\nrules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE),
+    )
+    assert build_policy(higher_global, node(aa="default")).rule_index["mem-evict"].sustain == 20.0
+
+
+@pytest.mark.parametrize(
+    ("case", "winner"),
+    [
+        pytest.param("only-nodenames", "kcc.example/config-1", id="anchor-only-nodeNames-config"),
+        pytest.param("nodenames-before-labels", "kcc.example/config-2", id="anchor-nodeNames-before-labelSelector"),
+        pytest.param("global-under-labels", "kcc.example/config-1", id="label-tier-over-global"),
+    ],
+)
+def test_kcc_anchor_cases_pick_the_anchors_config(case: str, winner: str) -> None:
+    assert _kcc_winner(case, aa="default") == winner
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param("nodenames-overlap", id="anchor-nodeNames-overlap"),
+        pytest.param("label-overlap", id="anchor-labelSelector-overlap"),
+        pytest.param("label-overlap-nodename", id="anchor-labelSelector-overlap-but-nodeName-valid"),
+    ],
+)
+def test_kcc_equal_priority_at_the_top_is_refused(case: str) -> None:
+    """KCC: two configs at the top of a tier with equal priority are an error (the controller
+    refuses overlapping label configs of one priority before selection); qosd reports the conflict."""
+    with pytest.raises(PolicyError) as info:
+        _kcc_winner(case, aa="default")
+    assert any("same priority (0)" in p.message for p in info.value.problems)
+    assert any("same priority" in p.message for p in validate(load_documents([KCC_POLICIES / f"{case}.yaml"])))
+
+
+def test_nodenames_and_nodeselector_together_are_refused() -> None:
+    """Anchor case "target config invalid": KCC's controller refuses a config with both."""
+    docs = docs_of(
+        ("base", BASE, Layer.BUILTIN),
+        ("both", "nodeNames: [node-1]\nnodeSelector: {matchLabels: {aa: default}}\nrules:\n  - name: mem-evict\n    for: 20s\n", Layer.FILE),
+    )
+    problems = validate(docs)
+    assert any("nodeNames or by nodeSelector, not both" in p.message for p in problems)
+    loc = next(p.location for p in problems if "not both" in p.message)
+    assert loc.source == "both.yaml"
+
+
+def test_disjoint_node_names_at_equal_priority_do_not_conflict() -> None:
+    docs = docs_of(
+        ("base", BASE, Layer.BUILTIN),
+        ("n1", "nodeNames: [node-1]\nrules:\n  - name: mem-evict\n    for: 20s\n", Layer.FILE),
+        ("n2", "nodeNames: [node-2]\nrules:\n  - name: mem-evict\n    for: 40s\n", Layer.FILE),
+    )
+    assert validate(docs) == []

@@ -331,7 +331,7 @@ def test_summary_arithmetic_on_a_tiny_trace(tmp_path: Path) -> None:
         "episodes": 1,
     }
     assert s["sloRisk"]["withoutReclaim"]["minutes"] == 0.0
-    assert s["suppressions"]["performed"] == 0
+    assert s["suppressions"]["writes"] == 0
     assert s["suppressions"]["rules"] == []
 
 
@@ -538,12 +538,10 @@ def test_a_tick_is_exactly_what_qosd_eval_prints(tmp_path: Path, capsys: pytest.
 def test_text_output_has_a_timeline_and_a_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert tiny_cli(tmp_path) == 0
     out = capsys.readouterr().out
-    assert (
-        "00:02     evict    memory-evict fired (node.memory.usage_percent 90 gte 80): evict batch/job-1, batch/job-2"
-        in out
-    )
+    assert "00:02     fired    memory-evict fired (node.memory.usage_percent = 90% >= 80%): evict" in out
+    assert "00:02     evict    memory-evict evicted batch/job-1, batch/job-2" in out
     assert "00:01     risk     SLO risk with reclaim begins: cpu 100.0% > 90%" in out
-    assert "published example.com/batch-cpu 6.0 cores -> 2.0 cores" in out
+    assert "published example.com/batch-cpu 6 cores -> 2 cores" in out
     assert "minutes at SLO risk with reclaim     3 min in 1 episode(s)" in out
 
 

@@ -72,6 +72,21 @@ class _Unreadable(Exception):
     """The Node could not be read; the message says why."""
 
 
+# A pod whose eviction failed is asked again only after a per-pod backoff that doubles from 5ms to
+# 1000s: client-go's DefaultControllerRateLimiter per item, the queue Katalyst's pod killer
+# (AsynchronizedPodKiller) retries through. A daemon ticking every second asks again on the next
+# ticks for the first few failures; a pod a PodDisruptionBudget keeps refusing is asked less and
+# less often, instead of once a tick for as long as its rule holds.
+RETRY_BASE_SECONDS = 0.005
+RETRY_MAX_SECONDS = 1000.0
+RETRY_TRACKED_PODS = 10_000  # bound on the per-pod failure records (oldest dropped first)
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds to wait after the ``failures``-th failed eviction of a pod (1, 2, ...)."""
+    return min(RETRY_BASE_SECONDS * float(2 ** min(failures - 1, 64)), RETRY_MAX_SECONDS)
+
+
 class KubeOperations:
     """``node()`` returns the latest Node the daemon's node watch holds, or None before it synced
     (the adapter then reads the Node itself). ``clock`` gives seconds since the epoch."""
@@ -90,6 +105,7 @@ class KubeOperations:
         self.node = node
         self.clock = clock
         self.evict_not_before = 0.0  # a throttling 429 asked to wait until then (clock seconds)
+        self.retry: dict[str, tuple[int, float]] = {}  # pod uid -> (failed evictions, not before)
 
     def handlers(self) -> dict[str, Handler]:
         """Handlers by operation kind, for ``NodeExecutor(others=...)``."""
@@ -132,6 +148,35 @@ class KubeOperations:
                 f"to wait {wait:.1f}s more (Retry-After)",
                 0,
             )
+        failures, not_before = self.retry.get(op.uid, (0, 0.0))
+        wait = not_before - self.clock()
+        if wait > 0:
+            return OperationResult(
+                op,
+                "deferred",
+                f"eviction of {pod} not asked yet: it failed {failures} time(s) in a row and is retried "
+                f"with a backoff ({retry_delay(failures):g}s now, doubling to {RETRY_MAX_SECONDS:g}s); "
+                f"{wait:.3f}s more to wait",
+                0,
+            )
+        result = self._evict(op, pod)
+        self._note_outcome(op.uid, result.status)
+        return result
+
+    def _note_outcome(self, uid: str, status: str) -> None:
+        """Count a refused or failed eviction toward the pod's backoff (a throttling 429 is the API
+        server's, not the pod's: it holds every eviction through ``evict_not_before`` instead)."""
+        if status in ("applied", "vanished"):
+            self.retry.pop(uid, None)
+            return
+        if status not in ("failed", "deferred") or self.evict_not_before > self.clock():
+            return
+        failures = self.retry.pop(uid, (0, 0.0))[0] + 1
+        self.retry[uid] = (failures, self.clock() + retry_delay(failures))
+        while len(self.retry) > RETRY_TRACKED_PODS:
+            self.retry.pop(next(iter(self.retry)))
+
+    def _evict(self, op: EvictPod, pod: str) -> OperationResult:
         if op.grace_period_seconds is not None and op.grace_period_seconds < 0:
             # The planner resolves -1 (the pod's own) to a number; a negative value here is a bug.
             return OperationResult(

@@ -17,7 +17,9 @@ from engine.cgroups.declared import NO_FILES, DeclaredFiles
 from engine.cgroups.weight import WeightFormula
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
+from engine.features.cpu_burst.spec import CfsQuotaBurstSpec
 from engine.features.eviction.pressure_spec import Pressure
+from engine.features.eviction.round_spec import EvictionRound
 from engine.features.pools.spec import Pool
 from engine.features.reclaim.spec import Reclaim
 from engine.features.rules.conditions import Condition
@@ -282,6 +284,7 @@ class Rule:
     actions: tuple[Action, ...]
     scope: str
     origin: Location
+    samples: tuple[int, int] | None = None  # (fire, clear): a count trigger instead of ``for``
 
 
 @dataclass(frozen=True)
@@ -312,8 +315,11 @@ class Policy:
     origin_tree: Mapping[JsonPath, Location]
     generation: int = 0
     pressure: Pressure = field(default_factory=Pressure)
+    eviction: EvictionRound = field(default_factory=EvictionRound)
     # spec.cgroup.weightFormula: how cpu.shares become cpu.weight; None: the default formula.
     weight_formula: WeightFormula | None = None
+    # spec.cfsQuotaBurst when enabled: Koordinator's CFS quota burst (engine/features/cpu_burst).
+    cfs_quota_burst: CfsQuotaBurstSpec | None = None
     # spec.cgroup.files: cgroup files declared beyond the built-in list
     cgroup_files: DeclaredFiles = NO_FILES
     class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)

@@ -11,6 +11,19 @@ from typing import Any
 
 Selector = Mapping[str, Any]
 
+NODE_NAME_LABEL = "qosd.io/node-name"  # reserved: set to the node's name, matched by spec.nodeNames
+
+
+def document_selector(spec: Any) -> Any:
+    """A document spec's effective selector: its nodeSelector, or its nodeNames as a requirement on
+    the reserved node-name label (so matching, overlap and validate's variants treat both alike)."""
+    if not isinstance(spec, Mapping):
+        return None
+    names = spec.get("nodeNames")
+    if isinstance(names, list) and names and "nodeSelector" not in spec:
+        return {"matchExpressions": [{"key": NODE_NAME_LABEL, "operator": "In", "values": names}]}
+    return spec.get("nodeSelector")
+
 
 def _requirements(sel: Selector | None) -> list[tuple[str, str, tuple[str, ...]]]:
     if not sel:

@@ -1,5 +1,15 @@
-"""The audit log (``--audit-log``): JSON Lines, one Evaluation document per tick that decided
-something, each intent with its provenance and each operation's result; ``qosd explain`` reads it."""
+"""The audit log (``--audit-log``): JSON Lines, one Evaluation document per tick that decided or changed
+something, each intent with its provenance and each operation's result; ``qosd explain`` reads it.
+
+A tick is recorded when an operation was performed (applied, or started: an eviction), or when what
+the tick decided differs from the last tick: a rule starts or stops firing, a guard holds something
+else, a note (skipped, workload issue) appears, changes or goes, an adapter refuses or fails
+differently. Operations that changed nothing (unchanged; skipped: no adapter here) are no news, nor
+is a rule whose only effect they were. A steady node, which re-plans the same publish and notes
+every second, writes nothing (it wrote a ~2 KB record on each of 637 ticks of 637 before). The file
+is rotated by size (``--audit-log-max-bytes``, ``--audit-log-keep``): ``audit.jsonl`` becomes
+``audit.jsonl.1`` and so on, the oldest dropped, so the host path a DaemonSet writes to stays
+bounded."""
 
 from __future__ import annotations
 
@@ -7,10 +17,14 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from prometheus_client import Counter
 
 from engine.daemon.faults import FileFault
 from engine.daemon.parts import OperationOutcome
@@ -21,14 +35,20 @@ from engine.tick import TickResult
 
 
 def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> dict[str, Any] | None:
-    """The tick as an Evaluation document, reduced to its decisions; None for a tick that decided nothing.
+    """The tick as an Evaluation document, reduced to its decisions; None for a tick that decided nothing."""
+    ev, plan = result.evaluation, result.plan
+    if not (plan.operations or plan.held or ev.skipped or ev.workload_issues):
+        return None
+    return tick_document(result, outcomes)
+
+
+def tick_document(result: TickResult, outcomes: Sequence[OperationOutcome]) -> dict[str, Any]:
+    """The tick as an Evaluation document with its results, reduced to its decisions.
 
     A steady tick re-derives every pooled cpuset as an intent that changes nothing; logging those
     every second would bury the decisions. Kept: every intent that became an operation or was held,
     every non-cgroup intent, and the operations with their results."""
     ev, plan = result.evaluation, result.plan
-    if not (plan.operations or plan.held or ev.skipped or ev.workload_issues):
-        return None
     doc = {
         "apiVersion": API_VERSION,
         "kind": "Evaluation",
@@ -44,6 +64,51 @@ def audit_record(result: TickResult, outcomes: Sequence[OperationOutcome]) -> di
     ]
     doc["results"] = [o.to_dict() for o in outcomes]
     return doc
+
+
+PERFORMED = frozenset({"applied", "started"})
+
+
+QUIET = frozenset({"unchanged", "skipped"})  # nothing happened: the value was there, or no adapter here
+
+
+def decision_signature(result: TickResult, outcomes: Sequence[OperationOutcome]) -> tuple[Any, ...]:
+    """What a tick decided, as equal signatures on consecutive ticks mean the second decided nothing
+    new. Left out: the operations it performed (a tick that performs is recorded anyway), operations
+    that changed nothing (the adapter found the value in place, or has none here: standalone
+    publishing), and rules whose only effect was such operations (a publish rule that re-announces
+    the same amount on its report interval). Kept: failures, holds, notes (without their numbers,
+    which tick on) and workload issues."""
+    ev, plan = result.evaluation, result.plan
+    ops = []
+    quiet: set[str] = set()
+    loud: set[str] = {h.intent.provenance.rule for h in plan.held}
+    for op, o in zip(plan.operations, outcomes, strict=False):
+        rule = str(getattr(op, "rule", ""))
+        if o.status in QUIET:
+            quiet.add(rule)
+            continue
+        loud.add(rule)
+        if o.status in PERFORMED:
+            continue
+        target = getattr(op, "path", None) or getattr(op, "name", None) or getattr(op, "key", None)
+        ops.append((op.kind, getattr(op, "file", None), target, o.status, _shape(o.error or "")))
+    return (
+        tuple(r for r in ev.fired if r not in quiet or r in loud),
+        tuple(sorted(ops, key=repr)),
+        tuple((h.intent.kind, h.intent.target, h.intent.provenance.rule, h.reason) for h in plan.held),
+        tuple((sk.rule, _shape(sk.reason)) for sk in ev.skipped),
+        tuple((w.uid, tuple(w.errors)) for w in ev.workload_issues),
+    )
+
+
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _shape(text: str) -> str:
+    """A note without its numbers: "cooldown: 2s of 4s left" and "cooldown: 1s of 4s left", or a
+    dead band's ``|5120 - 5000| < 500`` and ``|5100 - 5000| < 500``, are the same note ticking on."""
+    return _NUMBER.sub("#", text)
 
 
 def finished_record(
@@ -97,14 +162,77 @@ class AuditLog(FileFault):
 
     what = "audit log"
 
+    def __init__(
+        self,
+        path: Path,
+        failures: Counter,
+        clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = 0,
+        keep: int = 3,
+    ):
+        super().__init__(path, failures, clock)
+        self.max_bytes = max_bytes  # 0: never rotate
+        self.keep = keep
+        self._last: tuple[Any, ...] | None = None
+        self.unchanged = 0  # ticks not recorded since the last record: they decided nothing new
+
+    def tick(
+        self, result: TickResult, outcomes: Sequence[OperationOutcome], facts: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Record a tick if it decided or changed something (see the module docstring). With
+        ``facts`` (``--audit-log-facts``) every tick is recorded, with the facts it was decided on:
+        a replay needs each tick, the quiet ones too (sustain timers count them)."""
+        if facts is not None:
+            return self.append({**tick_document(result, outcomes), "facts": facts})
+        sig = decision_signature(result, outcomes)
+        performed = any(o.status in PERFORMED for o in outcomes)
+        if not performed and sig == self._last:
+            self.unchanged += 1
+            return False
+        record = audit_record(result, outcomes)
+        if record is None:
+            self._last = sig
+            return False
+        if self.append(record):
+            self._last, self.unchanged = sig, 0
+            return True
+        return False
+
     def append(self, record: Mapping[str, Any]) -> bool:
+        data = (json.dumps(record, default=str) + "\n").encode("utf-8")
         try:
-            append_record(self.path, (json.dumps(record, default=str) + "\n").encode("utf-8"))
+            self._rotate(len(data))
+            append_record(self.path, data)
         except Exception as exc:
             self.failed(exc)
             return False
         self.succeeded()
         return True
+
+    def _rotate(self, incoming: int) -> None:
+        """Shift audit.jsonl -> .1 -> .2 ... (dropping the one past ``keep``) when this record would
+        take the file past ``max_bytes``. Only regular files rotate: /dev/stdout or a pipe does not."""
+        if not self.max_bytes:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_size + incoming <= self.max_bytes:
+            return
+        oldest = self.path.with_name(f"{self.path.name}.{self.keep}")
+        with contextlib.suppress(FileNotFoundError):
+            oldest.unlink()
+        for n in range(self.keep - 1, 0, -1):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(
+                    self.path.with_name(f"{self.path.name}.{n}"),
+                    self.path.with_name(f"{self.path.name}.{n + 1}"),
+                )
+        if self.keep > 0:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        else:
+            os.truncate(self.path, 0)
 
     def failure_message(self) -> str:
         return "audit record lost: writing the audit log failed; enforcement continues"

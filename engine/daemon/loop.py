@@ -17,7 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from engine.daemon.audit import AuditLog, audit_record, finished_record
+from engine.daemon.audit import AuditLog, finished_record
 from engine.daemon.endpoints import serve
 from engine.daemon.faults import REPORT_SECONDS, Throttle
 from engine.daemon.logs import log
@@ -30,6 +30,7 @@ from engine.model.facts import Snapshot
 from engine.model.operations import EvictPod, Operation, WriteCgroup
 from engine.plan.planner import Guards
 from engine.reload import PolicyLayer, ReloadConfig, Reloader
+from engine.sources.snapshot_file import snapshot_to_dict
 from engine.tick import TickResult, plan_tick, run_tick
 
 
@@ -45,9 +46,18 @@ class DaemonConfig:
     backend: str = "python"
     state_file: Path | None = None
     audit_log: Path | None = None
+    audit_max_bytes: int = 0  # rotate the audit log past this size (0: never)
+    audit_keep: int = 3  # rotated audit files kept (audit.jsonl.1 ... .N)
+    audit_facts: bool = False  # every tick recorded with its facts snapshot (qosd trace record)
     listen: str | None = None  # host:port for /metrics, /healthz, /readyz
     stat_files: bool = True  # stat rule files each tick; off when a file watcher reports changes
     sync_timeout: float = 60.0  # longest wait for the first lists from the API server at start
+    print_plan: bool = False  # --once --dry-run: print what the tick would do to stdout
+    mode: str = "standalone"  # standalone | kubernetes, for the start-up line
+    describe: Mapping[str, Any] = field(default_factory=dict)  # where workloads come from (start-up line)
+    # operation kinds this node refuses, and why (standalone: the Kubernetes ones): the dry-run plan
+    # says "would skip" for them, as a real run's executor would
+    unavailable: Mapping[str, str] = field(default_factory=dict)
 
 
 def _unobserved(result: TickResult, snap: Snapshot) -> dict[str, list[str]]:
@@ -68,6 +78,7 @@ def _with_observed(snap: Snapshot, found: Mapping[str, Mapping[str, str]]) -> Sn
 
 
 NOT_DONE = ("deferred", "failed", "skipped")
+PERFORMED = ("applied", "started")  # logged at info, one line per operation (a steady state has none)
 
 
 def _unrecord_refused(state: EngineState, outcomes: Sequence[OperationOutcome]) -> EngineState:
@@ -156,13 +167,23 @@ class Daemon:
         # Each says why the daemon is not ready (a failing watch or audit log), or None.
         self.readiness: list[Callable[[], str | None]] = []
         self._started = False
+        self._announced = False  # the start-up line, at the first tick a policy is in effect
         self.state = load_state(config.state_file)
         self.guards = Guards(dry_run=config.dry_run, eviction_burst=config.eviction_burst)
         self.stop = threading.Event()
         self.ticks = 0
         self.last_tick_at: float | None = None
         self.last_error: str | None = None
-        self.audit = AuditLog(config.audit_log, self.metrics.audit_failures) if config.audit_log else None
+        self.audit = (
+            AuditLog(
+                config.audit_log,
+                self.metrics.audit_failures,
+                max_bytes=config.audit_max_bytes,
+                keep=config.audit_keep,
+            )
+            if config.audit_log
+            else None
+        )
         if self.audit is not None:
             self.readiness.append(self.audit.problem)
         self.state_file = (
@@ -209,6 +230,11 @@ class Daemon:
                 snap = _with_observed(snap, self.source.observe(unseen))
                 result = plan_tick(engine, result.evaluation, snap, self.guards)
             self.metrics.evaluation_seconds.observe(time.perf_counter() - t0)
+            if not self._announced:
+                self._announced = True
+                self._first_tick(engine, snap)
+            if self.config.print_plan:
+                self._print_plan(engine, result, snap)
             sf = self.state_file
             evictions = len(result.plan.evicted)
             if sf is not None and not sf.save(result.state, engine.generation, snap.time, evictions):
@@ -219,7 +245,7 @@ class Daemon:
                 self.source.applied(result, outcomes)
                 self._account(result, outcomes, engine)
             finally:
-                self._audit(result, outcomes)  # the record of what was applied, whatever follows
+                self._audit(result, outcomes, snap)  # the record of what was applied, whatever follows
             self.metrics.ticks.labels("ok").inc()
             self.last_error = None
             return result
@@ -233,6 +259,50 @@ class Daemon:
             self.last_tick_at = time.time()
             self.metrics.last_tick.set(self.last_tick_at)
             self.metrics.tick_seconds.observe(time.perf_counter() - started)
+
+    def _first_tick(self, engine: Engine, snap: Snapshot) -> None:
+        """The start-up line (mode, where workloads come from, how many per class, the generation in
+        effect), and a warning when there is nothing to manage: a --root that matches no cgroup is
+        a typo far more often than an intention, and a silent daemon looks like a working one."""
+        classes: dict[str, int] = {}
+        for w in snap.workloads:
+            name = engine.classifier.classify(w).class_name or "(no class)"
+            classes[name] = classes.get(name, 0) + 1
+        fields = {
+            "mode": self.config.mode,
+            **self.config.describe,
+            "workloads": len(snap.workloads),
+            "workloadsByClass": dict(sorted(classes.items())),
+            "generation": self.reloader.generation,
+            "hash": engine.policy.hash[:12],
+            "policies": [d.name for d in engine.policy.documents],
+            "dryRun": self.config.dry_run,
+        }
+        log.info("qosd running: first tick done", extra={"fields": fields})
+        if not snap.workloads and self.config.mode == "standalone":
+            roots = ", ".join(str(r) for r in self.config.describe.get("roots", ()))
+            log.warning(
+                f"no workload found: the patterns {roots} match no cgroup under "
+                f"{self.config.describe.get('discoveryBase', '')}; qosd has nothing to manage. Create "
+                "the cgroups (e.g. qosd/web, qosd/batch) or pass --root PATTERN or --workloads FILE "
+                "(docs/standalone.md)",
+                extra={"fields": {"roots": list(self.config.describe.get("roots", ()))}},
+            )
+
+    def _print_plan(self, engine: Engine, result: TickResult, snap: Snapshot) -> None:
+        """What this tick would do if it were not a dry run: the plan the same evaluation makes with
+        the dry-run guard lifted (nothing is executed; the executor only records)."""
+        from engine.output import format_plan
+
+        guards = dataclasses.replace(self.guards, dry_run=False)
+        would = plan_tick(engine, result.evaluation, snap, guards)
+        unseen = _unobserved(would, snap)
+        if unseen:  # as a real tick does: what the kernel already holds is not a write
+            would = plan_tick(
+                engine, result.evaluation, _with_observed(snap, self.source.observe(unseen)), guards
+            )
+        sys.stdout.write(format_plan(would, self.config.unavailable))
+        sys.stdout.flush()
 
     def _settle(self) -> None:
         """Record the operations earlier ticks started that completed since (a standalone eviction
@@ -252,6 +322,18 @@ class Daemon:
 
     def _count(self, op: Operation, outcome: OperationOutcome) -> None:
         self.metrics.actions.labels(op.kind, outcome.status).inc()
+        if outcome.status in PERFORMED:
+            done = outcome.to_dict()
+            log.info(
+                f"{op.kind} {outcome.status}",
+                extra={
+                    "fields": {
+                        **done["operation"],
+                        "status": outcome.status,
+                        "detail": done.get("detail", ""),
+                    }
+                },
+            )
         if op.kind == "evictPod" and outcome.status in ("applied", "unchanged"):
             self.metrics.evictions.labels(str(getattr(op, "rule", ""))).inc()
         self._report_failure(op, outcome)
@@ -282,17 +364,15 @@ class Daemon:
             extra={"fields": fields},
         )
 
-    def _audit(self, result: TickResult, outcomes: Sequence[OperationOutcome]) -> None:
+    def _audit(self, result: TickResult, outcomes: Sequence[OperationOutcome], snap: Snapshot) -> None:
         """Append the tick's record; a failure is the audit log's (counted, reported), not the tick's."""
         if self.audit is None:
             return
         try:
-            record = audit_record(result, outcomes)
+            facts = snapshot_to_dict(snap, self.config.labels) if self.config.audit_facts else None
+            self.audit.tick(result, outcomes, facts)
         except Exception as exc:  # a bug building the record: lose it, keep enforcing
             self.audit.failed(exc)
-            return
-        if record is not None:
-            self.audit.append(record)
 
     # -- the loop
 

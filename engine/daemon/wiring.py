@@ -38,9 +38,11 @@ from engine.tick import TickResult
 # file qosd manages is re-read at least every OBSERVE_SECONDS (staggered over the ticks) and reported
 # as last read or last written in between, so a value changed behind qosd's back is corrected within
 # that bound; Koordinator's executor trusts its own last write for 60 s (ResourceForceUpdateSeconds).
-# Per-cgroup memory.stat is re-read every MEMORY_SECONDS; CPU counters and node files every tick.
+# Per-cgroup memory.stat is re-read every MEMORY_SECONDS, a pod's memory.numa_stat (only for a
+# numaScoped evict) every NUMA_SECONDS; CPU counters and node files every tick.
 OBSERVE_SECONDS = 10.0
 MEMORY_SECONDS = 10.0
+NUMA_SECONDS = 30.0
 REREAD_AFTER = frozenset({"failed", "vanished", "unchanged"})
 
 
@@ -50,6 +52,7 @@ def daemon_options(interval: float) -> CollectorOptions:
         interval=interval,
         observe_every=max(1, round(OBSERVE_SECONDS / interval)),
         memory_every=max(1, round(MEMORY_SECONDS / interval)),
+        numa_every=max(1, round(NUMA_SECONDS / max(MEMORY_SECONDS, interval))),
     )
 
 
@@ -112,7 +115,12 @@ def _common(
 
 
 def _config(
-    args: argparse.Namespace, interval: float, labels: Mapping[str, str], watch: bool
+    args: argparse.Namespace,
+    interval: float,
+    labels: Mapping[str, str],
+    watch: bool,
+    mode: str,
+    describe: Mapping[str, Any],
 ) -> DaemonConfig:
     return DaemonConfig(
         rules=tuple(args.rules),
@@ -125,9 +133,19 @@ def _config(
         backend=args.backend,
         state_file=_state_file(args.state_file),
         audit_log=_audit_file(args.audit_log),
+        audit_max_bytes=int(args.audit_log_max_bytes),
+        audit_keep=args.audit_log_keep,
+        audit_facts=args.audit_log_facts,
         listen=args.listen or None,
         stat_files=not watch,
         sync_timeout=args.sync_timeout,
+        print_plan=args.once and args.dry_run,
+        mode=mode,
+        describe={"cgroupRoot": str(args.cgroup_root), **describe},
+        # standalone: the Kubernetes operations are refused, evictions excepted (done by signals)
+        unavailable={k: STANDALONE_REFUSAL for k in KUBE_OPERATIONS if k != EvictPod.kind}
+        if mode == "standalone"
+        else {},
     )
 
 
@@ -184,7 +202,12 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
             finishing=(evictions,),
         )
     watch = _watch_files(args)
-    daemon = Daemon(_config(args, interval, labels, watch), CollectorSource(collector, adapter), executor)
+    found = collector.source
+    describe: dict[str, Any] = {"workloadsFile": str(args.workloads) if args.workloads else None}
+    if isinstance(found, StandaloneSource):
+        describe.update(roots=list(found.config.effective_roots), discoveryBase=found.base)
+    config = _config(args, interval, labels, watch, "standalone", describe)
+    daemon = Daemon(config, CollectorSource(collector, adapter), executor)
     if watch:
         _file_watcher(args, daemon)
     return daemon
@@ -250,7 +273,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         )
     watch = _watch_files(args)
     daemon = Daemon(
-        _config(args, interval, labels, watch),
+        _config(args, interval, labels, watch, "kubernetes", {"node": node_name, "cgroupDriver": driver}),
         CollectorSource(collector, adapter),
         executor,
         policies=policies,
@@ -320,8 +343,11 @@ def _node_status_reflector(api: Any, poke: Callable[[], None], aggregator: Any) 
 KUBE_OPERATIONS = ("evictPod", "setNodeTaint", "setNodeCondition", "emitEvent", "publishNodeResource")
 
 
+STANDALONE_REFUSAL = "standalone mode: no Kubernetes API on this node"
+
+
 def _standalone_refusal(op: Operation) -> OperationResult:
-    return OperationResult(op, "skipped", "standalone mode: no Kubernetes API on this node")
+    return OperationResult(op, "skipped", STANDALONE_REFUSAL)
 
 
 def _state_file(path: Path | None) -> Path | None:

@@ -85,6 +85,25 @@ def read(row: Row, key: str) -> Any:
     return ratio(read(row, pair[0]), read(row, pair[1]))
 
 
+ZONE_HEADROOM = (
+    ("memory.free_over_min_bytes", "memory.watermark_min_bytes"),
+    ("memory.free_over_low_bytes", "memory.watermark_low_bytes"),
+)
+
+
+def _headroom_keys(measured: Mapping[str, Any], derived: dict[str, Any]) -> None:
+    """A NUMA zone's free memory over its min and low watermarks (negative below them), so a rule
+    compares a zone's free memory with its own watermark: ``{numa.memory.free_over_min_bytes:
+    {lt: 0}}``. Only from the zone's readings; a collector's own value wins."""
+    free = measured.get("memory.free_bytes")
+    if free is None:
+        return
+    for key, mark in ZONE_HEADROOM:
+        watermark = measured.get(mark)
+        if watermark is not None and key not in measured:
+            derived[key] = free - watermark
+
+
 def _percent_keys(
     facts: dict[str, Any], usage: str, capacity: float | None, target: str, floor: bool
 ) -> None:
@@ -247,6 +266,7 @@ class FactViews:
                     derived["memory.total_bytes"] = total
                 _percent_keys(measured, "memory.usage_bytes", total, "memory.usage_percent", floor=True)
                 _percent_keys(measured, "cpu.usage_cores", cpus, "cpu.usage_percent", floor=False)
+                _headroom_keys(measured, derived)
                 out[nid] = item_facts(measured, derived)
             self._numa = out
         return self._numa

@@ -18,6 +18,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from engine.features.cpu_burst.limiter import Bucket
+from engine.features.eviction.pool_load import NO_POOL_LOAD, PoolLoadState
 from engine.features.reclaim.report import ReportHistory
 from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.resources import data_dir
@@ -67,12 +69,14 @@ class PressureState:
     pod average) started holding, Katalyst's "since". ``system_met_at``: the last tick at which system
     memory pressure was met (the MemoryPressure condition's transition period counts from it).
     ``tolerance``: rule -> pod key -> since when that reclaimed pod is squeezed beyond its
-    suppression tolerance (Katalyst's per-pod timers)."""
+    suppression tolerance (Katalyst's per-pod timers). ``pool_load``: the shared pools' load rings
+    (Katalyst's cpu-pressure-load-plugin)."""
 
     numa: Mapping[str, NumaCounter] = field(default_factory=dict)
     psi_since: float | None = None
     system_met_at: float | None = None
     tolerance: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    pool_load: PoolLoadState = NO_POOL_LOAD
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -84,6 +88,8 @@ class PressureState:
             out["systemMetAt"] = self.system_met_at
         if self.tolerance:
             out["tolerance"] = {rule: dict(pods) for rule, pods in self.tolerance.items() if pods}
+        if self.pool_load.at is not None:
+            out["poolLoad"] = self.pool_load.to_dict()
         return out
 
     @classmethod
@@ -97,6 +103,7 @@ class PressureState:
                 str(rule): {str(pod): float(t) for pod, t in (pods or {}).items()}
                 for rule, pods in (data.get("tolerance") or {}).items()
             },
+            pool_load=PoolLoadState.from_dict(data.get("poolLoad") or {}),
         )
 
 
@@ -117,6 +124,11 @@ class EngineState:
     reports: Mapping[str, ReportHistory] = field(default_factory=dict)  # published resource -> smoothing
     pressure: PressureState = NO_PRESSURE  # counters and timers of the engine-computed triggers
     published: Published = NOTHING_PUBLISHED  # what the node update gate last let through
+    burst: Mapping[str, Bucket] = field(default_factory=dict)  # container -> CFS quota burst bucket
+    # "<cgroup path>/<file>" -> the text last computed by a knob that reads `current`
+    # (engine/features/class_knobs/current.py says why read-back wins over it)
+    knob_values: Mapping[str, str] = field(default_factory=dict)
+    samples: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # rule|item -> (met, toward clear)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -132,6 +144,12 @@ class EngineState:
             out["pressure"] = pressure
         if self.published.at is not None:
             out["published"] = self.published.to_dict()
+        if self.burst:
+            out["burst"] = {k: v.to_dict() for k, v in self.burst.items()}
+        if self.knob_values:
+            out["knobValues"] = dict(self.knob_values)
+        if self.samples:
+            out["samples"] = {k: list(v) for k, v in self.samples.items()}
         return out
 
     @classmethod
@@ -148,6 +166,9 @@ class EngineState:
             reports={str(k): ReportHistory.from_dict(v) for k, v in (data.get("reports") or {}).items()},
             pressure=PressureState.from_dict(data.get("pressure") or {}),
             published=Published.from_dict(data.get("published") or {}),
+            burst={str(k): Bucket.from_dict(v) for k, v in (data.get("burst") or {}).items()},
+            knob_values={str(k): str(v) for k, v in (data.get("knobValues") or {}).items()},
+            samples={str(k): (int(v[0]), int(v[1])) for k, v in (data.get("samples") or {}).items()},
         )
 
 
@@ -204,10 +225,16 @@ def state_from_json(data: bytes | str) -> EngineState:
     ``state`` object). Anything else, whatever its shape (null, a list, a truncated file, binary
     garbage, nesting deep enough to exhaust the stack, NaN or 1e999), raises :class:`CorruptState`
     and nothing else: the daemon must be able to start whatever a crash or an operator left there."""
+    return state_from_document(decode_state_json(data))
+
+
+def decode_state_json(data: bytes | str) -> Any:
+    """The JSON value in a state file's bytes, with the limits and located faults of ``state_from_json``
+    (CorruptState and nothing else), not yet checked against the schema."""
     if len(data) > MAX_STATE_BYTES:
         raise CorruptState(f"{len(data)} bytes, more than the {MAX_STATE_BYTES} a state file can hold")
     try:
-        doc = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+        return json.loads(data, parse_float=_finite, parse_constant=_no_constant)
     except RecursionError:
         raise CorruptState("not JSON qosd wrote: nested too deeply to read") from None
     except json.JSONDecodeError as exc:
@@ -217,7 +244,6 @@ def state_from_json(data: bytes | str) -> EngineState:
         raise CorruptState(f"not JSON: {_short(str(exc))}", line=line, column=column) from None
     except ValueError as exc:  # huge integers, 1e999
         raise CorruptState(f"not JSON: {_short(str(exc))}") from None
-    return state_from_document(doc)
 
 
 def state_from_document(doc: Any) -> EngineState:

@@ -16,9 +16,10 @@ Every document is checked against schemas/evaluation.schema.json first, so garbl
 input is a located error (file:line:column and JSON path), never a traceback or a wrong sentence.
 
 The parts: ``reader`` (the three input forms, schema-checked, located errors), ``pairing`` (what the
-planner held back and what the adapters reported, per intent), ``units`` (numbers in GiB, cores,
-seconds), ``provenance`` (what a rule saw and where it is written), one wording module per decision
-kind (``evict``, ``node`` for taints, conditions, events and published resources, ``cgroup``),
-``decisions`` (one tick's sentences, filtered by rule or target), ``report`` (text and JSON output),
-``command`` and ``options`` (``qosd explain`` and its command line).
+planner held back and what the adapters reported, per intent), ``provenance`` (what a rule saw
+and where it is written), one wording module per decision kind (``evict``, ``node`` for taints,
+conditions, events and published resources, ``cgroup``), ``decisions`` (one tick's sentences,
+filtered by rule or target), ``report`` (text and JSON output), ``command`` and ``options``
+(``qosd explain`` and its command line). Amounts are formatted by engine.model.units, as every
+other command formats them.
 """

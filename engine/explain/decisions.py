@@ -10,8 +10,9 @@ from typing import Any
 from engine.explain.cgroup import explain_cgroup
 from engine.explain.evict import explain_evict, explain_finished
 from engine.explain.node import explain_node_intent
-from engine.explain.pairing import evict_results, held_reasons
+from engine.explain.pairing import evict_results, held_reasons, intent_result
 from engine.explain.reader import Tick
+from engine.model.intents import step_description
 
 
 @dataclass(frozen=True)
@@ -57,18 +58,14 @@ def explain_tick(
             continue
         if target is not None and not _target_matches(target, intent):
             continue
+        recorded = results is not None
+        result = intent_result(doc, intent) if recorded else None
         if intent.get("kind") == "evict":
-            text = explain_evict(
-                intent,
-                held,
-                rounds[(p.get("rule"), p.get("item"))],
-                (results or {}).get(str(intent.get("uid"))),
-                results is not None,
-            )
+            text = explain_evict(intent, held, rounds[(p.get("rule"), p.get("item"))], result, recorded)
         elif intent.get("kind") == "cgroup":
-            text = explain_cgroup(intent, held, doc.get("operations") or ())
+            text = explain_cgroup(intent, held, doc.get("operations") or (), result, recorded)
         else:
-            text = explain_node_intent(intent, held)
+            text = explain_node_intent(intent, held, result, recorded)
         out.append(Sentence(str(intent.get("kind")), name, tgt, text, held, p.get("mode") == "audit"))
     decided = {str(i.get("uid")) for i in intents if i.get("kind") == "evict"}
     for uid, r in (results or {}).items():
@@ -82,11 +79,9 @@ def explain_tick(
     if target is None:
         for s in doc.get("skipped") or ():
             if rule is None or s.get("rule") == rule:
-                out.append(
-                    Sentence(
-                        "skipped", s.get("rule"), None, f"Skipped rule {s.get('rule')}: {s.get('reason')}."
-                    )
-                )
+                step = step_description(str(s.get("rule")))
+                who = f"by {step}" if step is not None else f"rule {s.get('rule')}"
+                out.append(Sentence("skipped", s.get("rule"), None, f"Skipped {who}: {s.get('reason')}."))
     if rule is None:
         for w in doc.get("workloadIssues") or ():
             if target is not None and target not in (

@@ -7,17 +7,24 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.explain.provenance import conditions_text, rule_ref
-from engine.explain.units import key_unit, num, resource_amount, with_unit
+from engine.explain.provenance import because
+from engine.model.units import key_unit, num, resource_amount, with_unit
+
+# Ranking keys that are amounts of the ranking's ``resource`` (Katalyst's overcommit ranking by
+# request of reclaimed_millicpu: milli-cores).
+AMOUNT_KEYS = frozenset({"request", "usage", "limit"})
 
 
 def _ranking_text(ranking: Mapping[str, Any]) -> str:
+    resource = str(ranking.get("resource") or "")
     parts = []
     for key, value in ranking.items():
         if key == "class":
             parts.append(f"class eviction priority {num(value)}")
         elif key == "name":
             parts.append(f"name {value}")
+        elif key in AMOUNT_KEYS and resource and isinstance(value, int | float):
+            parts.append(f"{key} {resource_amount(value, resource)}")
         else:
             parts.append(f"{key} {with_unit(value, key_unit(key))}")
     return ", ".join(parts)
@@ -97,7 +104,7 @@ def explain_evict(
     details = [f"class {intent.get('class') or 'none'}"]
     rank = f"rank {intent.get('rank')}"
     if isinstance(inputs.get("candidates"), int):
-        rank += f" of {inputs['candidates']}"
+        rank += f" of {inputs['candidates']} eligible"
     ranking = intent.get("ranking") or {}
     if ranking:
         rank += " by " + _ranking_text(ranking)
@@ -106,8 +113,8 @@ def explain_evict(
     if isinstance(grace, int):
         details.append("the pod's own grace period" if grace < 0 else f"grace period {grace}s")
     text = (
-        f"{verb} {intent.get('target')} ({', '.join(details)}) because {rule_ref(p)} "
-        f"{conditions_text(p.get('conditions') or ())}; {_release_text(intent, round_intents)}."
+        f"{verb} {intent.get('target')} ({', '.join(details)}) {because(p)}; "
+        f"{_release_text(intent, round_intents)}."
     )
     if held is not None:
         text += f" Held: {held}."

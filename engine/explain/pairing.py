@@ -3,7 +3,7 @@ an eviction (audit records carry the results; ``qosd eval`` and ``simulate`` onl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -41,3 +41,71 @@ def evict_results(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]] | None
         if op.get("kind") == "evictPod":
             out[str(op.get("uid"))] = r
     return out
+
+
+# The operation an intent of each kind becomes, and the fields that say it is that intent's
+# (the rule is compared too). Evictions pair by uid (evict_results).
+_OPERATION_OF: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "cgroup": ("writeCgroup", (("path", "path"), ("file", "file"), ("value", "value"))),
+    "taint": ("setNodeTaint", (("key", "key"), ("effect", "effect"))),
+    "condition": ("setNodeCondition", (("type", "type"),)),
+    "notify": ("emitEvent", (("reason", "reason"),)),
+    "publish": ("publishNodeResource", (("resource", "name"),)),
+}
+
+
+def intent_result(doc: Mapping[str, Any], intent: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """What the adapter reported for the operation ``intent`` became, in an audit record; None when
+    the document holds no results or the intent became no operation (held, or already in place)."""
+    kind = str(intent.get("kind"))
+    if kind == "evict":
+        return (evict_results(doc) or {}).get(str(intent.get("uid")))
+    shape = _OPERATION_OF.get(kind)
+    if shape is None or "results" not in doc:
+        return None
+    op_kind, fields = shape
+    rule = (intent.get("provenance") or {}).get("rule")
+    results: Sequence[Mapping[str, Any]] = doc.get("results") or ()
+    for r in results:
+        op = r.get("operation") or {}
+        if (
+            op.get("kind") == op_kind
+            and op.get("rule") == rule
+            and all(op.get(o) == intent.get(i) for i, o in fields if intent.get(i) is not None)
+        ):
+            return r
+    return None
+
+
+NOT_DONE = frozenset({"failed", "deferred", "skipped", "vanished"})
+
+
+def not_done(result: Mapping[str, Any] | None) -> str | None:
+    """Why an operation was not carried out (``skipped: standalone mode: no Kubernetes API``), or
+    None when it was (or nothing was recorded)."""
+    if result is None or str(result.get("status")) not in NOT_DONE:
+        return None
+    why = result.get("error") or result.get("detail") or "no reason recorded"
+    return f"{result.get('status')}: {why}"
+
+
+def outcome(
+    held: str | None, recorded: bool, result: Mapping[str, Any] | None
+) -> tuple[str, str]:
+    """What became of one decision, as (form, what to add after the sentence). The form is
+    ``would`` (the planner held it), ``chose`` (a plan: ``qosd eval``/``simulate``, or an audit
+    record without a result for it), ``not`` (the adapter refused or failed), ``kept`` (the value
+    was already in place) or ``done`` (performed). Every decision kind words its sentence from it,
+    so none says more than happened."""
+    if held is not None:
+        return "would", f" Held: {held}."
+    if not recorded:
+        return "chose", ""
+    if result is None:
+        return "chose", " No operation result was recorded for it."
+    refused = not_done(result)
+    if refused is not None:
+        return "not", f" Not done ({refused})."
+    if result.get("status") == "unchanged":
+        return "kept", ""
+    return "done", ""

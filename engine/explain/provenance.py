@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.explain.units import fact_unit, num, with_unit
+from engine.model.intents import step_description
+from engine.model.units import fact_unit, num, with_unit
 
 OP_WORDS = {
     "eq": "=",
@@ -21,8 +22,8 @@ OP_WORDS = {
 
 
 def observation_text(o: Mapping[str, Any]) -> str:
-    """``node.psi.memory.some.avg10 (min over 15s) = 18 >= 15``; one that did not hold reads
-    ``... = 9, not >= 15``."""
+    """``node.psi.memory.some.avg10 (min over 15s) = 18% >= 15%``; one that did not hold reads
+    ``... = 9%, not >= 15%``."""
     fact = str(o.get("fact"))
     unit = fact_unit(fact)
     window = o.get("window")
@@ -40,6 +41,8 @@ def observation_text(o: Mapping[str, Any]) -> str:
     )
     relation = f"{OP_WORDS.get(op, op)} {shown}"
     observed = with_unit(o.get("observed"), unit)
+    if op == "eq" and o.get("met"):
+        return f"{label} = {observed}"  # not "= eviction = eviction"
     return f"{label} = {observed} {relation}" if o.get("met") else f"{label} = {observed}, not {relation}"
 
 
@@ -73,9 +76,31 @@ def rule_ref(p: Mapping[str, Any]) -> str:
     where = f"{p.get('source')}, policy {short_hash(policy.get('hash'))}"
     if policy.get("generation"):
         where += f" generation {policy.get('generation')}"
-    text = f"rule {p.get('rule')} ({where})"
+    step = step_description(str(p.get("rule")))
+    text = f"{step if step is not None else 'rule ' + str(p.get('rule'))} ({where})"
     item = p.get("item")
-    if item is not None:
+    items = [str(i) for i in p.get("items") or ()]
+    if len(items) > 1:
+        scope = scope_of(p.get("conditions") or ())
+        listed = ", ".join(items)
+        plural = {"numa": f" on NUMA nodes {listed}", "pod": f" for pods {listed}"}
+        text += plural.get(scope, f" for {listed}")
+    elif item is not None:
         scope = scope_of(p.get("conditions") or ())
         text += {"numa": f" on NUMA node {item}", "pod": f" for pod {item}"}.get(scope, f" for {item}")
+    counted = (p.get("inputs") or {}).get("samples")
+    if isinstance(counted, Mapping):
+        # A sample-count rule fires on its count, not on this tick's comparisons alone.
+        text += (
+            f", after {counted.get('met')} of {counted.get('fire')} samples met"
+            f" ({counted.get('towardClear')} of {counted.get('clear')} in a row toward clearing)"
+        )
     return text
+
+
+def because(p: Mapping[str, Any]) -> str:
+    """``because rule R (where) saw ...``; a step's decision is ``because the CPU pool step of
+    spec.pools (where) for shop/web keeps it so on every tick`` (steps have no conditions)."""
+    if step_description(str(p.get("rule"))) is not None and not p.get("conditions"):
+        return f"because {rule_ref(p)} keeps it so on every tick"
+    return f"because {rule_ref(p)} {conditions_text(p.get('conditions') or ())}"

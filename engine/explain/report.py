@@ -11,7 +11,7 @@ from typing import Any
 from engine.explain.decisions import Sentence
 from engine.explain.provenance import short_hash
 from engine.explain.reader import Tick
-from engine.explain.units import num
+from engine.model.units import num
 from engine.resources import API_VERSION
 
 

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.model.node import NodeInfo, node_from_snapshot
+from engine.model.podsums import fill_from_containers
 from engine.model.units import parse_duration
 
 FactMap = Mapping[str, Any]
@@ -104,7 +105,8 @@ class Workload:
     containers: tuple[Container, ...] = ()
     # spec.terminationGracePeriodSeconds: what an eviction asking for "the pod's own" grace gets
     termination_grace_seconds: int | None = None
-    # status.startTime in seconds since the epoch (None: unknown); the fact pod.start_time_seconds
+    # status.startTime in seconds since the epoch (None: unknown): the fact pod.start_time_seconds,
+    # and where the ramp-up of a new shared pod counts from
     start_time: float | None = None
 
     @cached_property
@@ -127,6 +129,26 @@ class Workload:
                 return None
             total += value
         return total
+
+
+@dataclass(frozen=True)
+class HostApp:
+    """An application on the node outside Kubernetes pods (Koordinator's NodeSLO
+    ``hostApplications``: a database, an agent, a YARN NodeManager), with its measured usage.
+
+    Its usage is not "system" usage: it enters the CPU suppress arithmetic by its QoS class, as
+    Koordinator's CalculateFilterPodsUsed does. ``qos`` names a class of the policy; ``cgroup_base``
+    is Koordinator's CgroupBaseType (CgroupRoot, Kubepods, KubepodsBurstable, KubepodsBesteffort).
+    A usage of None means no metric: the application is left out of the sums, as in Koordinator."""
+
+    name: str
+    qos: str = ""
+    priority: str = ""
+    cgroup_base: str = ""
+    parent_dir: str = ""
+    relative_path: str = ""
+    cpu_usage_cores: float | None = None
+    memory_usage_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +203,7 @@ class Snapshot:
     # 1 or 2 (node.cgroup.version); None when the source does not say. Class knobs pick file names by
     # it (cpu.shares vs cpu.weight); unknown falls back to names the cgroup adapter translates.
     cgroup_version: int | None = None
+    host_apps: tuple[HostApp, ...] = ()
 
     @cached_property
     def by_uid(self) -> Mapping[str, Workload]:
@@ -227,11 +250,14 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
     topology = Topology(cpus, numa_memory)
     workloads = tuple(_workload(w) for w in data.get("workloads") or [])
     m = data.get("metrics") or {}
+    pods = {k: flatten_metrics(v) for k, v in (m.get("pods") or {}).items()}
+    containers = {k: flatten_metrics(v) for k, v in (m.get("containers") or {}).items()}
+    pods.update(fill_from_containers(workloads, pods, containers))
     metrics = Metrics(
         node=MappingProxyType(flatten_metrics(m.get("node"))),
         numa={int(k): MappingProxyType(flatten_metrics(v)) for k, v in (m.get("numa") or {}).items()},
-        pods={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("pods") or {}).items()},
-        containers={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("containers") or {}).items()},
+        pods={k: MappingProxyType(v) for k, v in pods.items()},
+        containers={k: MappingProxyType(v) for k, v in containers.items()},
         classes={k: MappingProxyType(flatten_metrics(v)) for k, v in (m.get("classes") or {}).items()},
         windows=tuple(m.get("windows") or ()),
     )
@@ -247,6 +273,23 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
         cgroups,
         _resctrl(node_raw.get("resctrl")),
         (node_raw.get("cgroup") or {}).get("version"),
+        tuple(_host_app(a) for a in data.get("hostApplications") or ()),
+    )
+
+
+def _host_app(a: Mapping[str, Any]) -> HostApp:
+    path = a.get("cgroupPath") or {}
+    usage = a.get("usage") or {}
+    cpu, memory = usage.get("cpuCores"), usage.get("memoryBytes")
+    return HostApp(
+        name=str(a["name"]),
+        qos=str(a.get("qos", "")),
+        priority=str(a.get("priority", "")),
+        cgroup_base=str(path.get("base", "")),
+        parent_dir=str(path.get("parentDir", "")),
+        relative_path=str(path.get("relativePath", "")),
+        cpu_usage_cores=None if cpu is None else float(cpu),
+        memory_usage_bytes=None if memory is None else float(memory),
     )
 
 

@@ -12,6 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+STEP_NAMES: Mapping[str, str] = {
+    "classes": "the class knobs step of spec.classes",
+    "pools": "the CPU pool step of spec.pools",
+    "resctrl": "the resctrl step of the classes' resctrl sections and the setResctrl groups",
+}
+"""The names under which engine steps (not rules) sign their intents and skipped notes, and what each
+is. A rule may not take one of these names (the compiler refuses it), so ``qosd explain`` and the
+simulate timeline can attribute a note to the step that wrote it instead of to a rule that does not
+exist."""
+
+
+def step_description(name: str) -> str | None:
+    """What wrote a provenance or skipped note of this name when it is an engine step, else None."""
+    return STEP_NAMES.get(name)
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -49,6 +64,9 @@ class Provenance:
     item: str | None = None
     conditions: tuple[Observation, ...] = ()
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    # A node-level action of an itemized rule acts once per tick for all its items: every item whose
+    # condition held (each NUMA node of a NUMA-scoped rule); ``item``/``conditions`` are the first's.
+    items: tuple[str, ...] = ()
 
     @property
     def audit(self) -> bool:
@@ -63,6 +81,7 @@ class Provenance:
             "item": self.item,
             "conditions": [o.to_dict() for o in self.conditions],
             "inputs": dict(self.inputs),
+            **({"items": list(self.items)} if self.items else {}),
         }
 
 
@@ -102,6 +121,10 @@ class EvictIntent:
     provenance: Provenance
     # How the pod is removed (evict.killer): "evictionAPI" (PDBs respected) or "delete".
     killer: str = "evictionAPI"
+    # evict.soft: one of the tick's soft candidates (spec.eviction.softCandidates keeps one);
+    # evict.scope: the scope the rule nominated it under.
+    soft: bool = False
+    scope: str | None = None
 
     kind = "evict"
 
@@ -121,6 +144,8 @@ class EvictIntent:
             "release": self.release.to_dict() if self.release else None,
             "gracePeriodSeconds": self.grace_period_seconds,
             "killer": self.killer,
+            "soft": self.soft,
+            "scope": self.scope,
             "provenance": self.provenance.to_dict(),
         }
 

@@ -1,7 +1,10 @@
-"""Durations and Kubernetes quantities, parsed the way platform engineers write them in YAML."""
+"""Units, both ways: durations and Kubernetes quantities parsed the way platform engineers write them
+in YAML, and numbers formatted the way they read them (GiB, cores, seconds, percent; never 1e+09).
+Every command that prints an amount (eval, explain, simulate, test, demo) formats it here."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from decimal import Decimal
@@ -199,3 +202,106 @@ def ceil_div(a: int, b: int) -> int:
     """``a / b`` rounded up, in integers (Kubernetes' Quantity.Value() of a milli quantity: whole
     units, rounded up), so no float rounding enters a CPU count."""
     return -(-a // b)
+
+
+# ---------------------------------------------------------------- formatting for people
+
+COUNT_KEYS = frozenset({"candidates", "containers", "pods", "count", "victims", "samples", "ticks"})
+"""Input and ranking keys that count things: they take no unit, whatever the resource beside them."""
+
+
+def num(value: Any) -> str:
+    """A number as people write it: 82, 0.5, 9620726743.04 -> '9620726743.04', never 1e+09."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if float(value).is_integer():
+        return str(int(value))
+    text = f"{value:.12g}"
+    if "e" in text:
+        text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "-0") else "0"
+
+
+def human_bytes(value: float) -> str:
+    """GiB with one decimal from 1 GiB up, MiB or KiB below; exact bytes under 1 KiB."""
+    sign = "-" if value < 0 else ""
+    v = abs(float(value))
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if v >= size:
+            return f"{sign}{v / size:.1f} {unit}"
+    return f"{sign}{num(v)} B"
+
+
+def cores(value: float) -> str:
+    return f"{num(round(float(value), 3))} core{'s' if value != 1 else ''}"
+
+
+def percent(value: float) -> str:
+    return f"{num(round(float(value), 1))}%"
+
+
+def with_unit(value: Any, unit: str) -> str:
+    """A value in its unit: ``bytes``, ``cores``, ``millicores``, ``seconds`` or ``percent``; any
+    other unit (a count, a ratio) is the bare number."""
+    if value is None:
+        return "(no value)"
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return json.dumps(value) if not isinstance(value, str) else value
+    if unit == "bytes":
+        return human_bytes(value)
+    if unit == "cores":
+        return cores(value)
+    if unit == "millicores":
+        return cores(value / 1000.0)
+    if unit == "seconds":
+        return f"{num(value)}s"
+    if unit == "percent":
+        return percent(value)
+    return num(value)
+
+
+def key_unit(key: str, default: str = "") -> str:
+    """Unit of an orderBy key, provenance input or ranking key by its name: counts have none,
+    memory.* and *bytes are bytes, cpu.*, load and *cores are cores, *Percent is percent; any other
+    key takes ``default`` (the unit of the resource it belongs to)."""
+    k = key.lstrip("-")
+    last = k.rsplit(".", 1)[-1]
+    if last in COUNT_KEYS or last.endswith("Count"):
+        return ""
+    if k.endswith(("Percent", "percent")):
+        return "percent"
+    if k.endswith(("over_request", "over_limit", "ratio", "Ratio")):
+        return ""
+    if k.startswith("memory.") or k.lower().endswith("bytes"):
+        return "bytes"
+    if k.startswith("cpu.") or k == "load" or k.lower().endswith("cores"):
+        return "cores"
+    return default
+
+
+def fact_unit(fact: str) -> str:
+    """The unit the facts schema gives a fact (``node.memory.usage_bytes``: bytes)."""
+    from engine.model.factnames import registry
+
+    ref = registry().resolve(fact)
+    return ref.spec.unit if ref is not None else ""
+
+
+def resource_unit(resource: str) -> str:
+    """The unit of a resource name: memory (and Kubernetes' batch-memory, Katalyst's
+    reclaimed_memory) in bytes, cpu in cores, the milli-CPU extended resources in millicores."""
+    r = resource.rsplit("/", 1)[-1]
+    if r in ("memory", "batch-memory") or r.endswith("memory"):
+        return "bytes"
+    if r == "cpu":
+        return "cores"
+    if r == "batch-cpu" or r.endswith("millicpu"):
+        return "millicores"
+    return ""
+
+
+def resource_amount(value: float, resource: str) -> str:
+    """An amount of a resource (an eviction's release, a request), in its unit."""
+    return with_unit(value, resource_unit(resource))

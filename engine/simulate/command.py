@@ -6,19 +6,24 @@ import argparse
 import json
 import math
 import sys
-from typing import IO
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
 
 from engine.config.errors import UsageError
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.plan.planner import Guards
+from engine.simulate.diff import EXIT_DIFFER, compare, format_diff
 from engine.simulate.plot import plot, plot_available
 from engine.simulate.report import format_text
-from engine.simulate.result import Options
+from engine.simulate.result import Options, Simulation
 from engine.simulate.run import simulate
 from engine.sources.trace import (
     GiB,
+    Trace,
     describe,
+    dump_trace,
     duration_text,
     generate_tidal,
     read_trace,
@@ -53,30 +58,40 @@ class Progress:
 # ---------------------------------------------------------------- command line
 
 
-def cmd_simulate(args: argparse.Namespace) -> int:
-    if args.plot is not None:
-        missing = plot_available()
-        if missing:
-            print(f"qosd: error: {missing}", file=sys.stderr)
-            return EXIT_USAGE
-    trace = read_trace(args.trace)
+def _trace_path(args: argparse.Namespace) -> Path:
+    """The trace: the positional TRACE or --trace (one of them)."""
+    given = [p for p in (args.trace_file, args.trace) if p is not None]
+    if len(given) != 1:
+        raise UsageError(
+            "simulate needs exactly one trace: qosd simulate [--rules PATH]... TRACE (or --trace TRACE)"
+            + (
+                "; with --baseline, put TRACE before --baseline or pass it as --trace"
+                if args.baseline
+                else ""
+            )
+        )
+    path: Path = given[0]
+    return path
+
+
+def _run(
+    trace: Trace, paths: list[Path], args: argparse.Namespace, keep_ticks: bool, progress: Progress | None
+) -> Simulation | int:
+    """One simulation of ``trace`` under the built-in layer and ``paths``; an exit code when the
+    chosen backend cannot run."""
     node = trace.base.node.with_labels({PROFILE_LABEL: args.profile}) if args.profile else trace.base.node
-    policy = build_policy(load_documents(args.rules, builtin=not args.no_builtin), node)
-    show = args.progress if args.progress is not None else sys.stderr.isatty()
-    progress = Progress(sys.stderr) if show and len(trace.samples) > PROGRESS_MIN_STEPS else None
-    if args.progress and progress is None:
-        progress = Progress(sys.stderr)
+    policy = build_policy(load_documents(paths, builtin=not args.no_builtin), node)
     options = Options(
         guards=Guards(dry_run=args.dry_run, eviction_burst=args.eviction_burst),
         risk_cpu_percent=args.risk_cpu,
         risk_memory_percent=args.risk_memory,
-        keep_ticks=args.output == "json",
+        keep_ticks=keep_ticks,
         progress=progress,
     )
     try:
         engine = Engine(policy, backend=args.backend)
         try:
-            sim = simulate(trace, engine, options)
+            return simulate(trace, engine, options)
         finally:
             engine.backend.close()
     except RuntimeError as exc:
@@ -86,6 +101,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise
         print(f"qosd: error: the {args.backend} backend cannot run the simulation: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        if args.baseline:
+            raise UsageError("--plot draws one run; drop --baseline, or plot each policy on its own")
+        missing = plot_available()
+        if missing:
+            print(f"qosd: error: {missing}", file=sys.stderr)
+            return EXIT_USAGE
+    trace = read_trace(_trace_path(args))
+    if args.baseline:
+        return _compare(trace, args)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    progress = Progress(sys.stderr) if show and len(trace.samples) > PROGRESS_MIN_STEPS else None
+    if args.progress and progress is None:
+        progress = Progress(sys.stderr)
+    sim = _run(trace, args.rules, args, args.output == "json", progress)
+    if isinstance(sim, int):
+        return sim
     if args.output == "json":
         json.dump(sim.to_dict(), sys.stdout, default=str, separators=(",", ":"))
         sys.stdout.write("\n")
@@ -98,6 +133,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         plot(sim, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return EXIT_OK
+
+
+def _compare(trace: Trace, args: argparse.Namespace) -> int:
+    """``--baseline``: the same trace under the baseline's rules and under --rules; exit 3 when any
+    decision differs (engine.simulate.diff)."""
+    runs = []
+    for paths in (args.baseline, args.rules):
+        sim = _run(trace, paths, args, False, None)
+        if isinstance(sim, int):
+            return sim
+        runs.append(sim)
+    base, new = runs
+    doc = compare(base, new)
+    if args.output == "json":
+        json.dump(doc, sys.stdout, default=str, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_diff(doc, base, new))
+    sys.stdout.flush()
+    return EXIT_DIFFER if doc["differ"] else EXIT_OK
 
 
 MAX_GENERATED_SAMPLES = 1_000_000  # a year of minutes is 527,040; more only exhausts memory
@@ -144,14 +199,17 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
         "Online pods carry both Koordinator labels and Katalyst annotations, so either profile reads them;\n"
         "override the profile with `qosd simulate --profile ...`."
     )
-    if args.output_file is None or str(args.output_file) == "-":
-        from engine.sources.trace import dump_trace
-
-        sys.stdout.write(dump_trace(doc, args.format or "yaml", comment))
-    else:
-        write_trace(doc, args.output_file, comment)
-        print(f"wrote {len(doc['samples'])} samples to {args.output_file}", file=sys.stderr)
+    emit_trace(doc, args.output_file, args.format or "yaml", comment)
     return EXIT_OK
+
+
+def emit_trace(doc: Mapping[str, Any], output_file: Path | None, fmt: str, comment: str) -> None:
+    """A trace to stdout in ``fmt`` (no file, or ``-``), else to the file in the format of its suffix."""
+    if output_file is None or str(output_file) == "-":
+        sys.stdout.write(dump_trace(doc, fmt, comment))
+    else:
+        write_trace(doc, output_file, comment)
+        print(f"wrote {len(doc['samples'])} samples to {output_file}", file=sys.stderr)
 
 
 def cmd_trace_validate(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from engine.model.facts import (
 )
 from engine.model.intents import NodeIntent
 from engine.model.operations import EvictPod, PublishNodeResource, WriteCgroup
+from engine.model.units import UnitError, parse_cpuset
 from engine.sources.trace import (
     BatchTemplate,
     OnlinePod,
@@ -81,6 +83,8 @@ class SimulatedNode:
         self.online: dict[str, OnlinePod] = {p.workload.uid: p for p in trace.online}
         self.running: dict[str, _BatchPod] = {}
         self.requeue: dict[str, list[float]] = {t.name: [] for t in trace.batch}
+        # (template, evicted at, admitted again at): each is one turn of an admit-evict-admit loop
+        self.readmissions: list[tuple[str, float, float]] = []
         self.demand: dict[str, int] = {t.name: 0 for t in trace.batch}
         self.serial: dict[str, int] = {t.name: 0 for t in trace.batch}
         self.online_cpu = 0.0
@@ -203,7 +207,7 @@ class SimulatedNode:
                 if not fits:
                     break
                 if queue and queue[0] <= now:
-                    queue.pop(0)
+                    self.readmissions.append((t.name, queue.pop(0) - t.requeue_after, now))
                 self._start(t, now, names)
                 used["cpu"] += need["cpu"]
                 used["memory"] += need["memory"]
@@ -283,6 +287,9 @@ class SimulatedNode:
             online_mem += self.online_memory
         want_batch_cpu = sum(p.template.usage_cpu for p in self.running.values()) + static_batch_cpu
         free_cpu = max(self.capacity_cpu - self.system_cpu - online_cpu, 0.0)
+        allowed = self.batch_cpu_limit()
+        if allowed is not None:
+            free_cpu = min(free_cpu, allowed)  # suppression: the class's cpuset or CFS quota
         ratio = min(1.0, free_cpu / want_batch_cpu) if want_batch_cpu > 0 else 1.0
         batch_cpu = want_batch_cpu * ratio
         batch_mem = sum(p.template.usage_memory for p in self.running.values()) + static_batch_mem
@@ -332,6 +339,26 @@ class SimulatedNode:
             "node_memory": float(node.get("memory.usage_bytes", node_mem)),
         }
         return snap, split
+
+    def batch_cpu_limit(self) -> float | None:
+        """Cores the batch pods' parent cgroup allows (its cpuset.cpus or CFS quota, as qosd's suppress
+        writes them), or None when nothing limits them. Batch pods live under one kube-QoS directory
+        per template (``kubepods/besteffort`` for BestEffort ones); the tightest limit of those counts."""
+        limits: list[float] = []
+        parents = {
+            p.workload.cgroup_path.rsplit("/", 1)[0] for p in self.running.values() if p.workload.cgroup_path
+        }
+        for parent in parents:
+            files = self.cgroups.get(parent, {})
+            cpus = files.get("cpuset.cpus")
+            if cpus:
+                with contextlib.suppress(UnitError):  # a garbled value limits nothing
+                    limits.append(float(len(parse_cpuset(cpus))))
+            quota = files.get("cpu.cfs_quota_us")
+            if quota and quota.lstrip("-").isdigit() and int(quota) > 0:
+                period = int(files.get("cpu.cfs_period_us") or 100000) or 100000
+                limits.append(int(quota) / period)
+        return min(limits) if limits else None
 
     def reclaimed(self, w: Workload) -> bool:
         return self.engine.classifier.classify(w).class_name in self.engine.reclaimed_classes

@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from engine.argtypes import duration, integer, number, percent, profile, quantity
+from engine.argtypes import add_tick_flags, duration, integer, number, percent, profile, quantity
 from engine.config.pipeline import PROFILE_LABEL
 from engine.simulate.command import PROGRESS_MIN_STEPS, cmd_simulate, cmd_trace_generate, cmd_trace_validate
+from engine.simulate.record import add_record_parser
 from engine.sources.trace import (
     GiB,
 )
@@ -21,7 +22,9 @@ def add_parser(sub: Any) -> None:
         help="replay a trace through the engine with a simulated clock; print a timeline and a summary",
         description=(
             "Replay a trace (schemas/trace.schema.json) through the same tick as the daemon. Delta samples "
-            "run closed loop: batch pods start as published capacity allows and leave when evicted."
+            "run closed loop: batch pods start as published capacity allows and leave when evicted. "
+            "With --baseline OLD... --rules NEW..., replay it under both policies and print what "
+            "changes (exit 0 same decisions, 3 different ones)."
         ),
     )
     s.add_argument(
@@ -32,24 +35,30 @@ def add_parser(sub: Any) -> None:
         metavar="PATH",
         help="rule file or directory (repeatable); the built-in layer is always loaded first",
     )
-    s.add_argument("--trace", required=True, type=Path, help="trace file (.yaml, .json or .jsonl)")
+    s.add_argument(
+        "trace_file", nargs="?", type=Path, metavar="TRACE", help="trace file (.yaml, .json or .jsonl)"
+    )
+    s.add_argument("--trace", type=Path, help="the trace, as an option (the same as TRACE)")
+    s.add_argument(
+        "--baseline",
+        action="extend",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="compare: the rules in effect today (files or directories); --rules are the proposed "
+        "ones. Prints what changes and exits 3 when any decision differs",
+    )
     s.add_argument(
         "--plot", type=Path, metavar="PNG", help="draw utilization, reclaim and evictions to this PNG"
     )
-    s.add_argument("--output", choices=("text", "json"), default="text")
+    s.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
     s.add_argument("--no-timeline", action="store_true", help="text output: the summary only")
     s.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
     s.add_argument(
         "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"
     )
-    s.add_argument("--backend", choices=("python", "durable"), default="python")
-    s.add_argument("--dry-run", action="store_true", help="plan no operations (nothing is published either)")
-    s.add_argument(
-        "--eviction-burst",
-        type=integer(0, 10000),
-        default=3,
-        help="evictions per tick across all rules (default 3)",
-    )
+    add_tick_flags(s, "plan no operations (nothing is published either)")
     s.add_argument(
         "--risk-cpu",
         type=percent,
@@ -107,6 +116,7 @@ def add_parser(sub: Any) -> None:
         help="write here (.yaml, .json or .jsonl); default stdout",
     )
     g.set_defaults(func=cmd_trace_generate)
+    add_record_parser(tsub)
     v = tsub.add_parser("validate", help="check trace files; exit 0 valid, 1 invalid, 2 missing file")
     v.add_argument("traces", nargs="+", type=Path, metavar="TRACE")
     v.set_defaults(func=cmd_trace_validate)

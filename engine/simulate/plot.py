@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engine.config.policy import Policy
+from engine.explain.provenance import OP_WORDS
+from engine.features.rules.conditions import comparisons
+from engine.features.suppress.spec import SuppressSpec
 from engine.simulate.report import policy_names
 from engine.simulate.result import Simulation, TickNumbers
 from engine.sources.trace import (
@@ -14,7 +19,7 @@ from engine.sources.trace import (
 )
 
 
-def plot(sim: Simulation, path: Path) -> None:
+def plot(sim: Simulation, path: Path) -> Any:
     """Utilization without/with reclaim, published capacity against what batch asked for and used,
     evictions and SLO-risk shading, on one hours axis (PNG).
 
@@ -44,10 +49,20 @@ def plot(sim: Simulation, path: Path) -> None:
         out = [math.nan if v is None else v for v in values]
         return [*out, out[-1]] if out else out
 
+    rule_lines = rule_thresholds(sim.policy)
+    rule_colors = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79")
     for ax, res, key_wo, key_w, thresh in (
         (axes[0], "CPU", "cpu_without", "cpu_with", th["cpuPercent"]),
         (axes[1], "Memory", "memory_without", "memory_with", th["memoryPercent"]),
     ):
+        for i, (rule, what, value) in enumerate(rule_lines[res.lower()]):
+            ax.axhline(
+                value,
+                color=rule_colors[i % len(rule_colors)],
+                linestyle="-.",
+                linewidth=1,
+                label=f"rule {rule}: {what} {value:g}%",
+            )
         without = series([getattr(n, key_wo) for n in nums])
         with_ = series([getattr(n, key_w) for n in nums])
         _shade(ax, nums, "risk_with", res.lower(), risk_color)
@@ -144,10 +159,11 @@ def plot(sim: Simulation, path: Path) -> None:
     for ax in axes:
         for h, _ in evictions:
             ax.axvline(h, color="black", linewidth=0.7, alpha=0.35)
-    axes[-1].set_xlabel("hours since trace start")
     axes[-1].set_xlim(0, end)
     tick = 1 if end <= 12 else 2 if end <= 48 else 6
-    axes[-1].set_xticks([float(h) for h in range(0, int(end) + 1, tick)])
+    ticks = [float(h) for h in range(0, int(end) + 1, tick)]
+    axes[-1].set_xticks(ticks, [clock_label(sim.trace.start, h * 3600.0, end > 24) for h in ticks])
+    axes[-1].set_xlabel("time of day (UTC, from the trace's start)")
     fig.suptitle(
         f"qosd simulate: {sim.trace.name}, policy {policy_names(sim.policy)} ({sim.policy.short_hash})\n"
         f"mean CPU {u['cpu']['withoutReclaim']['mean']:.0f}% → {u['cpu']['withReclaim']['mean']:.0f}% and "
@@ -157,6 +173,7 @@ def plot(sim: Simulation, path: Path) -> None:
         fontsize=12,
     )
     fig.savefig(str(path))
+    return fig  # the matplotlib Figure, for whoever wants to look inside
 
 
 def _shade(ax: Any, nums: Sequence[TickNumbers], attr: str, res: str, color: str) -> None:
@@ -182,3 +199,35 @@ def plot_available() -> str | None:
     except ImportError:
         return "--plot needs matplotlib, which is not installed; install it with: pip install 'qosd[plot]'"
     return None
+
+
+def clock_label(start: float, offset: float, with_date: bool) -> str:
+    """The wall-clock time of a trace offset (UTC): ``13:00``, or ``11-14 13:00`` on a trace of days."""
+    try:
+        when = datetime.fromtimestamp(start + offset, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"+{offset / 3600.0:g}h"
+    return when.strftime("%m-%d %H:%M" if with_date else "%H:%M")
+
+
+CPU_FACTS = ("node.cpu.usage_percent",)
+MEMORY_FACTS = ("node.memory.usage_percent",)
+
+
+def rule_thresholds(policy: Policy) -> dict[str, list[tuple[str, str, float]]]:
+    """(rule, what, percent) per panel: the node-level utilization thresholds of the policy's rules
+    (``when`` comparisons on node CPU or memory usage percent) and its suppress thresholds, so the
+    plot shows where each rule acts against the curve it reads."""
+    out: dict[str, list[tuple[str, str, float]]] = {"cpu": [], "memory": []}
+    for rule in policy.rules:
+        for c in comparisons(rule.when):
+            panel = "cpu" if c.fact in CPU_FACTS else "memory" if c.fact in MEMORY_FACTS else None
+            numeric = isinstance(c.value, int | float) and not isinstance(c.value, bool)
+            if panel is not None and numeric and c.op in ("gt", "gte", "lt", "lte"):
+                entry = (rule.name, f"acts at {c.fact} {OP_WORDS[c.op]}", float(c.value))
+                if entry not in out[panel]:
+                    out[panel].append(entry)
+        for a in rule.actions:
+            if isinstance(a.spec, SuppressSpec):
+                out["cpu"].append((rule.name, "suppresses batch CPU above", float(a.spec.threshold_percent)))
+    return out

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.evaluate.engine import Engine
+from engine.explain.provenance import observation_text
 from engine.model.operations import EvictPod, SetNodeTaint, WriteCgroup
+from engine.model.units import cores, human_bytes
 from engine.resources import API_VERSION
+from engine.simulate.changes import RuleChanges, pod_name
+from engine.simulate.decision import decision
 from engine.simulate.node import SimulatedNode
 from engine.simulate.result import Event, Options, TickNumbers
+from engine.simulate.summary import summarize
 from engine.sources.trace import (
-    GiB,
     Sample,
     Trace,
     clock_text,
+    duration_text,
 )
 from engine.tick import TickResult
 
@@ -39,14 +43,16 @@ class Recorder:
         self.suppress_rules = {
             r.name for r in engine.policy.rules if any(a.kind == "suppress" for a in r.actions)
         }
-        self.suppress_intents = 0
         self.suppress_skipped = 0
-        self.fired_ticks: dict[str, int] = {}
+        self.changes = RuleChanges(self._event, self._amend, opts.performed_gap_seconds, self.publish_only)
+        self.readmitted_seen = 0
         self.skipped_first: dict[tuple[str, str], tuple[int, int]] = {}  # -> (event index, count)
         self.issues_seen: set[str] = set()
         self.evictions: list[dict[str, Any]] = []
         self.held_evictions = 0
         self.cgroup_writes = 0
+        self.suppress_writes = 0
+        self.decisions: list[tuple[Any, ...]] = []
         self.logged_publish: dict[str, float | None] = {}
         self.in_risk: dict[str, float | None] = {"withoutReclaim": None, "withReclaim": None}
         self.calm_since: dict[str, float | None] = {"withoutReclaim": None, "withReclaim": None}
@@ -55,8 +61,13 @@ class Recorder:
         self.finished = 0
         self.warned_templates = False
 
-    def _event(self, now: float, offset: float, kind: str, message: str, rule: str | None = None) -> None:
+    def _event(self, now: float, offset: float, kind: str, message: str, rule: str | None = None) -> int:
         self.events.append(Event(now, offset, kind, message, rule))
+        return len(self.events) - 1
+
+    def _amend(self, index: int, text: str) -> None:
+        e = self.events[index]
+        self.events[index] = Event(e.time, e.offset, e.kind, e.message + text, e.rule)
 
     def record(
         self,
@@ -80,8 +91,10 @@ class Recorder:
                     "state": result.state.to_dict(),
                 }
             )
+        self.decisions.append(decision(result))
         self._check_templates(now, s.offset, node)
         evicted = self._rules(now, s.offset, result, node)
+        self._readmissions(now, s.offset, node)
         self._skipped_and_issues(now, s.offset, result)
         self._taints(now, s.offset, result, node)
         published = self._publishes(now, s.offset, node)
@@ -119,10 +132,11 @@ class Recorder:
                 batch_waiting=waiting,
                 admitted=admitted,
                 finished=finished,
-                evicted=[{"uid": op.uid, "pod": _pod_name(op), "rule": op.rule} for op in evicted],
+                evicted=[{"uid": op.uid, "pod": pod_name(op), "rule": op.rule} for op in evicted],
                 fired=list(result.evaluation.fired),
                 risk_without=risk_without,
                 risk_with=risk_with,
+                batch_cpu_allowed=min(split.get("batch_cpu_allowed", cap_cpu), cap_cpu),
             )
         )
 
@@ -144,26 +158,13 @@ class Recorder:
                 )
 
     def _rules(self, now: float, off: float, result: TickResult, node: SimulatedNode) -> list[EvictPod]:
-        """A line per rule that acted (publish-only rules report through _publishes), and the evictions."""
-        ev = result.evaluation
-        evicted = [op for op in result.plan.operations if isinstance(op, EvictPod)]
-        for rule in ev.fired:
-            self.fired_ticks[rule] = self.fired_ticks.get(rule, 0) + 1
-            if rule in self.publish_only:
-                continue
-            intents = [i for i in ev.intents if i.provenance.rule == rule]
-            why = _why(intents)
-            mine = [op for op in evicted if op.rule == rule]
-            held = [h for h in result.plan.held if h.intent.provenance.rule == rule]
-            kinds = sorted({i.kind for i in intents})
-            msg = f"{rule} fired{f' ({why})' if why else ''}: " + (
-                f"evict {', '.join(_pod_name(op) for op in mine)}"
-                if mine
-                else ", ".join(kinds) or "no intent"
-            )
-            if held:
-                msg += f"; {len(held)} held ({'; '.join(sorted({h.reason for h in held}))})"
-            self._event(now, off, "evict" if mine else "fired", msg, rule)
+        """The rules' lines (engine.simulate.changes: edges and performed runs) and the evictions."""
+        intents = result.evaluation.intents
+
+        def why(rule: str) -> str:
+            return _why([i for i in intents if i.provenance.rule == rule])
+
+        evicted = self.changes.record(now, off, result, why)
         for op in evicted:
             pod = node.running.get(op.uid)
             self.evictions.append(
@@ -172,20 +173,35 @@ class Recorder:
                     "offset": off,
                     "clock": clock_text(off),
                     "uid": op.uid,
-                    "pod": _pod_name(op),
+                    "pod": pod_name(op),
                     "rule": op.rule,
                     "template": pod.template.name if pod is not None else None,
                 }
             )
         self.held_evictions += sum(1 for h in result.plan.held if h.intent.kind == "evict")
-        self.cgroup_writes += sum(1 for op in result.plan.operations if isinstance(op, WriteCgroup))
+        writes = [op for op in result.plan.operations if isinstance(op, WriteCgroup)]
+        self.cgroup_writes += len(writes)
+        self.suppress_writes += sum(1 for op in writes if op.rule in self.suppress_rules)
         return evicted
 
+    def _readmissions(self, now: float, off: float, node: SimulatedNode) -> None:
+        """A batch pod started from the requeue re-admits work an eviction removed: one turn of an
+        admit-evict-admit loop, said on the timeline where it happens."""
+        start = self.trace.start
+        for template, evicted_at, _ in node.readmissions[self.readmitted_seen :]:
+            self._event(
+                now,
+                off,
+                "admit",
+                f"{template}: a pod admitted again {duration_text(max(off - (evicted_at - start), 0))} after "
+                f"one was evicted at {clock_text(evicted_at - start)} (admit, evict, admit again)",
+            )
+        self.readmitted_seen = len(node.readmissions)
+
     def _skipped_and_issues(self, now: float, off: float, result: TickResult) -> None:
-        """Skipped rules and workload issues once each (the count is added at the end); suppress
-        rules that did not act are counted, since no suppress strategy exists yet."""
+        """Skipped rules and workload issues once each (the count is added at the end); the ticks a
+        suppress rule matched but did not act are counted for the summary."""
         ev = result.evaluation
-        self.suppress_intents += sum(1 for i in ev.intents if i.kind == "suppress")
         for sk in ev.skipped:
             if sk.rule in self.suppress_rules:
                 self.suppress_skipped += 1
@@ -293,6 +309,7 @@ class Recorder:
         )
 
     def finish_events(self) -> list[Event]:
+        self.changes.finish()
         for index, count in self.skipped_first.values():
             if count > 1:
                 e = self.events[index]
@@ -309,134 +326,28 @@ class Recorder:
         self.events.sort(key=lambda e: e.offset)  # stable: same-tick events keep their order
         return self.events
 
-    def summary(self, runtime: float) -> dict[str, Any]:
-        nums = self.numbers
-        minutes = sum(n.duration for n in nums) / 60.0
-
-        def stats(values: list[float]) -> dict[str, float]:
-            if not values:
-                return {"mean": 0.0, "p95": 0.0, "max": 0.0}
-            weights = [n.duration for n in nums]
-            total = sum(weights) or 1.0
-            ordered = sorted(values)
-            return {
-                "mean": round(sum(v * w for v, w in zip(values, weights, strict=True)) / total, 2),
-                "p95": round(ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)], 2),
-                "max": round(ordered[-1], 2),
-            }
-
-        def risk_minutes(label: str) -> dict[str, Any]:
-            attr = "risk_without" if label == "withoutReclaim" else "risk_with"
-            return {
-                "minutes": round(sum(n.duration for n in nums if getattr(n, attr)) / 60.0, 1),
-                "cpuMinutes": round(sum(n.duration for n in nums if "cpu" in getattr(n, attr)) / 60.0, 1),
-                "memoryMinutes": round(
-                    sum(n.duration for n in nums if "memory" in getattr(n, attr)) / 60.0, 1
-                ),
-                "episodes": len(self.risk_episodes[label]),
-            }
-
-        published: dict[str, Any] = {}
-        names: dict[str, list[tuple[float, float]]] = {}
-        for n in nums:
-            for kind, value in n.published.items():
-                if value is not None:
-                    names.setdefault(kind, []).append((value, n.duration))
-        for kind, values in names.items():
-            covered = sum(d for _, d in values)
-            unit, scale = ("cores", 1.0) if kind == "cpu" else ("GiB", GiB)
-            published[kind] = {
-                "unit": unit,
-                "mean": round(sum(v * d for v, d in values) / (covered or 1.0) / scale, 2),
-                "min": round(min(v for v, _ in values) / scale, 2),
-                "max": round(max(v for v, _ in values) / scale, 2),
-                "publishedMinutes": round(covered / 60.0, 1),
-            }
-        by_rule: dict[str, int] = {}
-        by_template: dict[str, int] = {}
-        for e in self.evictions:
-            by_rule[e["rule"]] = by_rule.get(e["rule"], 0) + 1
-            key = e["template"] or "(not from a batch template)"
-            by_template[key] = by_template.get(key, 0) + 1
-        demanded = sum((n.batch_running + n.batch_waiting) * n.duration for n in nums)
-        ran = sum(n.batch_running * n.duration for n in nums)
-        suppress_note = (
-            "this qosd has no suppress strategy yet: suppress rules are reported as skipped and nothing "
-            "is throttled. The model lets batch CPU yield to online CPU (cpu.shares / SCHED_IDLE), "
-            "which is all a node does without suppression."
-            if self.suppress_rules
-            else "the policy has no suppress rule"
-        )
-        return {
-            "ticks": len(nums),
-            "minutes": round(minutes, 1),
-            "closedLoop": self.trace.closed_loop,
-            "utilizationPercent": {
-                "cpu": {
-                    "withoutReclaim": stats([n.cpu_without for n in nums]),
-                    "withReclaim": stats([n.cpu_with for n in nums]),
-                },
-                "memory": {
-                    "withoutReclaim": stats([n.memory_without for n in nums]),
-                    "withReclaim": stats([n.memory_with for n in nums]),
-                },
-            },
-            "reclaimed": {
-                "published": published,
-                "batchCpuCoreHours": round(sum(n.batch_cpu * n.duration for n in nums) / 3600.0, 2),
-                "batchMemoryGiBHours": round(
-                    sum(n.batch_memory * n.duration for n in nums) / 3600.0 / GiB, 2
-                ),
-                "batchPodsStarted": self.admitted,
-                "batchPodsFinished": self.finished,
-                "batchDemandMetPercent": round(100.0 * ran / demanded, 1) if demanded else None,
-            },
-            "evictions": {
-                "total": len(self.evictions),
-                "byRule": by_rule,
-                "byTemplate": by_template,
-                "heldBack": self.held_evictions,
-                "list": self.evictions,
-            },
-            "suppressions": {
-                "performed": self.suppress_intents,
-                "wantedButNotPerformed": self.suppress_skipped,
-                "rules": sorted(self.suppress_rules),
-                "note": suppress_note,
-            },
-            "sloRisk": {
-                "thresholds": {
-                    "cpuPercent": self.opts.risk_cpu_percent,
-                    "memoryPercent": self.opts.risk_memory_percent,
-                },
-                "withoutReclaim": risk_minutes("withoutReclaim"),
-                "withReclaim": risk_minutes("withReclaim"),
-            },
-            "rulesFired": dict(sorted(self.fired_ticks.items())),
-            "cgroupWrites": self.cgroup_writes,
-            "runtimeSeconds": round(runtime, 3),
-        }
+    def summary(
+        self, runtime: float, readmissions: Sequence[tuple[str, float, float]] = ()
+    ) -> dict[str, Any]:
+        return summarize(self, runtime, readmissions)
 
 
 def _why(intents: Sequence[Any]) -> str:
+    """The comparisons that held, worded as ``qosd explain`` words them (``usage_percent = 73 >= 70``)."""
     seen: list[str] = []
     for i in intents:
         for o in i.provenance.conditions:
-            if o.met and isinstance(o.observed, int | float) and not isinstance(o.observed, bool):
-                text = f"{o.fact} {o.observed:.4g} {o.op} {o.threshold}"
+            if o.met:
+                text = observation_text(o.to_dict())
                 if text not in seen:
                     seen.append(text)
     return ", ".join(seen)
 
 
-def _pod_name(op: EvictPod) -> str:
-    return f"{op.namespace}/{op.name}" if op.namespace else op.name
-
-
 def _amount(kind: str, value: float | None) -> str:
     if value is None:
         return "withdrawn"
-    return f"{value:.1f} cores" if kind == "cpu" else f"{value / GiB:.1f} GiB"
+    return cores(value) if kind == "cpu" else human_bytes(value)
 
 
 def _minutes(seconds: float) -> str:

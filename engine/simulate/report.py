@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import textwrap
+from collections.abc import Mapping
+from typing import Any
 
 from engine.config.policy import Policy
 from engine.simulate.result import Simulation
@@ -60,11 +61,12 @@ def format_text(sim: Simulation, timeline: bool = True) -> str:
     )
     by_rule = ", ".join(f"{k} {v}" for k, v in sorted(ev["byRule"].items())) or "none"
     lines.append(f"  {'evictions':<20}{ev['total']} ({by_rule}); {ev['heldBack']} held back by guards")
-    lines.append(
-        f"  {'suppressions':<20}{sup['performed']} performed, {sup['wantedButNotPerformed']} wanted but not "
-        "performed"
-    )
-    lines.extend(f"  {'':<20}{line}" for line in textwrap.wrap(sup["note"], 86))
+    lines.append(f"  {'evict/admit loops':<20}{loops_text(s['loops'])}")
+    lines.append(f"  {'suppressions':<20}{suppressions_text(sup)}")
+    lines += [
+        f"  {'rules':<20}{rule_line}" if i == 0 else f"  {'':<20}{rule_line}"
+        for i, rule_line in enumerate(rule_lines(s["rules"]))
+    ]
     th = risk["thresholds"]
     for label, words in (("withoutReclaim", "without reclaim"), ("withReclaim", "with reclaim")):
         x = risk[label]
@@ -76,3 +78,44 @@ def format_text(sim: Simulation, timeline: bool = True) -> str:
     lines.append(f"  {'cgroup writes':<20}{s['cgroupWrites']}")
     lines.append(f"  {'runtime':<20}{s['runtimeSeconds']:.2f} s")
     return "\n".join(lines) + "\n"
+
+
+def loops_text(loops: Mapping[str, Any]) -> str:
+    """The summary line for admit-evict-admit loops."""
+    n = loops["readmitted"]
+    if not n:
+        return "none (no evicted batch pod was admitted again)"
+    by = ", ".join(f"{k} {v}" for k, v in loops["byTemplate"].items())
+    return (
+        f"{n} batch pod(s) admitted again after an eviction ({by}; median "
+        f"{loops['medianMinutesToReadmission']:g} min later), of {loops['admitted']} admitted: the published "
+        "amounts admit work the eviction rules then remove"
+    )
+
+
+def suppressions_text(sup: Mapping[str, Any]) -> str:
+    if not sup["rules"]:
+        return "none (the policy has no suppress rule)"
+    cores = sup["suppressedCores"]
+    allowed = sup["batchCpuAllowedCores"]
+    text = (
+        f"{', '.join(sup['rules'])} fired on {sup['firedTicks']} ticks and wrote {sup['writes']} cgroup "
+        f"value(s); batch CPU held to {allowed['min']:g}-{allowed['max']:g} cores for "
+        f"{sup['limitedMinutes']:g} min (mean {cores['mean']:g} cores suppressed)"
+    )
+    if sup["wantedButNotPerformed"]:
+        text += f"; {sup['wantedButNotPerformed']} tick(s) matched without acting (see the skipped lines)"
+    return text
+
+
+def rule_lines(rules: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A line per rule or engine step that fired or performed something: the timeline's counts."""
+    out = []
+    for rule, c in rules.items():
+        ops = ", ".join(f"{n} {kind}" for kind, n in c["operations"].items()) or "no operation"
+        fired = (
+            f"fired on {c['firedTicks']} tick(s) in {c['episodes']} episode(s); " if c["firedTicks"] else ""
+        )
+        held = f"; {c['held']} held" if c["held"] else ""
+        out.append(f"{rule}: {fired}{ops}{held}")
+    return out or ["none fired"]

@@ -26,6 +26,7 @@ class Options:
     keep_ticks: bool = False  # keep every tick's Evaluation document (JSON output)
     publish_delta_percent: float = 10.0  # timeline: a publish is news when it moves this % of capacity
     risk_gap_seconds: float = 300.0  # timeline: risk episodes closer than this are one episode
+    performed_gap_seconds: float = 1800.0  # timeline: a rule's operations closer than this are one line
     progress: Callable[[int, int], None] | None = None
 
 
@@ -35,7 +36,7 @@ class Event:
 
     time: float
     offset: float
-    kind: str  # fired, evict, publish, risk, taint, skipped, issue, warning
+    kind: str  # fired, cleared, performed, evict, admit, publish, risk, taint, skipped, issue, warning
     message: str
     rule: str | None = None
 
@@ -78,6 +79,7 @@ class TickNumbers:
     fired: list[str]
     risk_without: list[str]  # which resources are over the risk threshold without reclaim
     risk_with: list[str]
+    batch_cpu_allowed: float  # cores the batch pods' cgroup allowed (suppression); capacity when unlimited
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +107,7 @@ class TickNumbers:
                 "finished": self.finished,
                 "requestedCpuCores": self.batch_requested_cpu,
                 "requestedMemoryBytes": self.batch_requested_memory,
+                "cpuAllowedCores": self.batch_cpu_allowed,
             },
             "evicted": self.evicted,
             "fired": self.fired,
@@ -124,6 +127,8 @@ class Simulation:
     runtime_seconds: float
     published_names: dict[str, str]  # resource kind -> extended resource name
     generation: int = 0
+    # per tick, what was decided (see engine.simulate.diff.decision): compared by --baseline
+    decisions: list[tuple[Any, ...]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``kind: Simulation`` document. ``ticks`` are Evaluation documents exactly as

@@ -43,6 +43,9 @@ def simulate(trace: Trace, engine: Engine, options: Options | None = None) -> Si
             admitted = node.schedule(now)
             waiting = node.waiting()
             snap, split = node.snapshot(now)
+            allowed = node.batch_cpu_limit()
+            if allowed is not None:
+                split["batch_cpu_allowed"] = allowed
         result = run_tick(engine, snap, state, opts.guards)
         state = result.state
         node.apply_plan(result, s.snapshot is None)
@@ -58,10 +61,11 @@ def simulate(trace: Trace, engine: Engine, options: Options | None = None) -> Si
         rec.numbers,
         events,
         rec.ticks,
-        rec.summary(runtime),
+        rec.summary(runtime, node.readmissions),
         runtime,
         node.published.names(),
         engine.generation,
+        rec.decisions,
     )
 
 

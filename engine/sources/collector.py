@@ -56,6 +56,7 @@ from engine.features.eviction.spec import EvictSpec
 from engine.features.memory_qos.spec import MemoryGuardSpec
 from engine.features.rules.conditions import comparisons
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
+from engine.model.podsums import fill_from_containers
 from engine.sources.cgroupfs import (
     NUMA_STAT,
     CgroupMetrics,
@@ -292,6 +293,7 @@ class CollectorOptions:
     cgroup_psi: bool | None = None
     throttling: bool | None = None
     memory_every: int = 1
+    numa_every: int = 1  # memory.numa_stat on every Nth memory read of a cgroup (CgroupOptions)
     observe_every: int = 1  # re-read observed cgroup files every N ticks (see note_written)
     observed_files: tuple[str, ...] = DEFAULT_OBSERVED
     track_ttl: int = 30  # ticks a tracked (path, file) is re-read after it was last tracked
@@ -390,6 +392,12 @@ class NodeCollector:
                     needs.add("throttling")
                 if c.spec.scope == "node" and path == "kubelet.cpu_manager_policy":
                     needs.add("cpu_manager")
+        burst = policy.cfs_quota_burst
+        own: set[WindowSpec] = set()
+        if burst is not None:  # the CFS quota burst reads each container's usage and throttling
+            needs.update(("containers", "throttling"))
+            if burst.window:
+                own.add(WindowSpec("node", "cpu.usage_cores", "avg", burst.window))
         self._needs = frozenset(needs)
         helds = [r.free.held for r in (policy.reclaim.cpu, policy.reclaim.memory) if r and r.free]
         wants_manager = "cpu_manager" in needs or any(h and h.cpu_manager_policy for h in helds)
@@ -397,7 +405,7 @@ class NodeCollector:
             self._cpu_manager = None
         elif self._cpu_manager is None:
             self._cpu_manager = CpuManagerState(self.options.cpu_manager_state)
-        self._configure(windows_of(policy) | self.options.windows | frozenset(extra))
+        self._configure(windows_of(policy) | self.options.windows | frozenset(extra) | frozenset(own))
 
     def _configure(self, windows: frozenset[WindowSpec]) -> None:
         self.windows = windows
@@ -428,6 +436,7 @@ class NodeCollector:
             throttling=wanted(opts.throttling, "throttling"),
             memory_every=opts.memory_every,
             numa="pod_numa" in self._needs,
+            numa_every=opts.numa_every,
         )
 
     def track(self, pairs: Iterable[tuple[str, str]]) -> None:
@@ -522,6 +531,8 @@ class NodeCollector:
                     cf = per_cgroup.get(c.cgroup_path) if c.cgroup_path else None
                     if cf is not None:
                         containers[f"{w.uid}/{c.name}"] = dict(cf) if copy_containers else cf
+                if facts is None:  # the pod's own cgroup was not read: its containers' sum
+                    pods.update(fill_from_containers((w,), pods, containers))
         used = node.get("cpu.usage_cores")
         if used is not None and workloads:
             node["cpu.system_usage_cores"] = max(used - pod_usage, 0.0)

@@ -14,6 +14,9 @@ from typing import Any
 from engine.config.policy import Effects
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
+from engine.features.eviction import allocatable
+from engine.features.eviction.allocatable_spec import RequestOverAllocatable
+from engine.features.eviction.pool_load import HARD, pod_history
 from engine.features.eviction.pressure import (
     MEMORY_ENHANCEMENT,
     BeCpu,
@@ -25,6 +28,7 @@ from engine.features.eviction.pressure import (
 from engine.features.eviction.spec import (
     BeSatisfaction,
     EvictSpec,
+    PoolLoad,
     ReclaimedOvercommit,
     RssOveruse,
     SuppressionTolerance,
@@ -35,6 +39,7 @@ from engine.features.eviction.strategy import (
     Candidate,
     TriggerResult,
     choose,
+    critical_left_out,
     eligible,
     numa_usage_key,
     on_numa,
@@ -42,6 +47,7 @@ from engine.features.eviction.strategy import (
     rss_overuse_trigger,
     satisfaction_trigger,
     tolerance_trigger,
+    with_numa_usage,
 )
 from engine.features.eviction.tolerance import ReclaimPoolSupply
 from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
@@ -61,8 +67,11 @@ def evict(ctx: ActionContext) -> bool:
     audit = rule.mode == "audit"
     trigger_spec = spec.trigger
     limit_values = [v for v in (spec.max_per_round, rule.per_round) if v is not None]
-    has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction)
-    limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
+    # These triggers set the release target themselves.
+    has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction | RequestOverAllocatable)
+    # A soft rule nominates every pod that qualifies; the soft round keeps one of all of them.
+    unbounded = has_target or spec.soft
+    limit = min(limit_values) if limit_values else (math.inf if unbounded else 1)
     # Per matched NUMA node without a release target: one victim each (Katalyst's TopN=1),
     # all of them together within maxPerRound.
     per_group = limit if has_target or rule.scope != "numa" else 1
@@ -72,7 +81,6 @@ def evict(ctx: ActionContext) -> bool:
     pending = {uid: rec.credit for uid, rec in t.evicting.items()}
     new = 0
     groups: list[tuple[str | None, Any, list[Candidate], bool]] = []
-    considered = len(ctx.snap.workloads)
     known: TriggerResult | None = None
     if rule.scope in ("pod", "container"):
         seen: dict[str, Candidate] = {}
@@ -81,7 +89,6 @@ def evict(ctx: ActionContext) -> bool:
                 seen[w.uid] = candidate(ctx, w)
         key, facts, _, latched = matched[0]
         groups.append((key, facts, list(seen.values()), latched))
-        considered = len(seen)
     else:
         workloads = _by_class(ctx, spec.victims)
         if isinstance(trigger_spec, BeSatisfaction):
@@ -103,6 +110,10 @@ def evict(ctx: ActionContext) -> bool:
         pool = [c for c in candidates if c.workload.uid not in picked]
         if numa_scoped and key is not None:
             pool = _on_numa(ctx, spec.victims, pool, key)
+        for c, why in critical_left_out(pool, spec.victims):
+            if c.workload.uid not in picked:
+                picked.add(c.workload.uid)  # said once per firing
+                ctx.skip(f"{c.workload.key} is kubelet-critical ({why}): never an eviction victim")
         trigger = (
             known
             if known is not None
@@ -116,12 +127,13 @@ def evict(ctx: ActionContext) -> bool:
         choices, release = choose(pool, spec, scope_facts, pending, t.round, cap, trigger)
         left -= len(choices)
         picked.update(c.candidate.workload.uid for c in choices)
-        common = _common_inputs(ctx, spec, key, considered, trigger)
+        common = _common_inputs(ctx, spec, key, trigger)
         for choice in choices:
             w = choice.candidate.workload
-            inputs = common
+            # candidates: the eligible pods this victim was ranked among (not every pod of the node)
+            inputs = {**common, "candidates": choice.of}
             if trigger is not None and trigger.allowed is not None:
-                inputs = {**common, "trigger": {**common["trigger"], "pod": trigger.allowed.get(w.uid)}}
+                inputs["trigger"] = {**common["trigger"], "pod": trigger.allowed.get(w.uid)}
             t.intents.append(
                 EvictIntent(
                     uid=w.uid,
@@ -135,9 +147,11 @@ def evict(ctx: ActionContext) -> bool:
                     grace_period_seconds=spec.grace_period_seconds,
                     provenance=ctx.provenance(key, facts, latched, inputs),
                     killer=spec.killer,
+                    soft=spec.soft,
+                    scope=spec.scope,
                 )
             )
-            if not audit:
+            if not audit and not spec.soft:  # a soft nomination leaves the pod to force rules
                 t.round.chosen[w.uid] = rule.name
             new += 1
     return new > 0
@@ -155,7 +169,7 @@ def _on_numa(ctx: ActionContext, victims: Victims, pool: list[Candidate], numa: 
             f"(pod fact {numa_usage_key(numa)}); every candidate was considered"
         )
         return pool
-    return kept
+    return with_numa_usage(kept, numa)
 
 
 def _by_class(ctx: ActionContext, victims: Victims) -> tuple[Workload, ...]:
@@ -232,12 +246,12 @@ def _gate(ctx: ActionContext, spec: Trigger, workloads: tuple[Workload, ...]) ->
 
 
 def _common_inputs(
-    ctx: ActionContext, spec: EvictSpec, key: str | None, candidates: int, trigger: TriggerResult | None
+    ctx: ActionContext, spec: EvictSpec, key: str | None, trigger: TriggerResult | None
 ) -> dict[str, Any]:
     """Provenance inputs shared by one group's victims: ranking, the pressure decision the rule
     tested (Katalyst's counter or system pressure), and the trigger's terms."""
     t = ctx.tick
-    inputs: dict[str, Any] = {"candidates": candidates}
+    inputs: dict[str, Any] = {}
     if trigger is not None and trigger.order is not None and spec.trigger is not None:
         inputs["order"] = f"trigger {spec.trigger.kind}"
     else:
@@ -268,7 +282,36 @@ def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence
         return _tolerance(ctx, spec, eligible_pool)
     if isinstance(spec, ReclaimedOvercommit):
         return _overcommit(ctx, spec, eligible_pool)
+    if isinstance(spec, PoolLoad):
+        return _pool_load(ctx, eligible_pool)
+    if isinstance(spec, RequestOverAllocatable):
+        # The check guarantees maxPriority; the sum covers every pod of the band, opted in or not.
+        published = ctx.snap.allocatable.get(spec.extended)
+        return allocatable.trigger(
+            spec, ctx.snap.workloads, eligible_pool, published, victims.max_priority or 0
+        )
     return _satisfaction(ctx, victims, spec, [c.workload for c in eligible_pool])
+
+
+def _pool_load(ctx: ActionContext, pool: Sequence[Candidate]) -> TriggerResult:
+    """Katalyst's load-pressure victims: the candidates with a container in the hard pool, the
+    highest sum of their load samples first (ties by name)."""
+    inputs = ctx.tick.pressure_inputs.get("pool_load") or {}
+    plan = ctx.tick.pool_plan
+    hard = inputs.get("pool") if inputs.get("met") == HARD else None
+    if not hard or plan is None:
+        met = inputs.get("met", "none")
+        return TriggerResult(False, {"met": met, "reason": "no pool meets the hard bound"})
+    members = {uid for (uid, _), name in plan.assignments.items() if name == hard}
+    state = ctx.tick.pressure.pool_load
+    scored = sorted(
+        ((pod_history(state, c.workload.uid), c) for c in pool if c.workload.uid in members),
+        key=lambda sc: (-sc[0], sc[1].workload.name),
+    )
+    order = tuple(c.workload.uid for _, c in scored)
+    allowed = {c.workload.uid: {"loadSamplesSum": load} for load, c in scored}
+    verdict: Mapping[str, Any] = next((v for v in inputs.get("pools", ()) if v.get("pool") == hard), {})
+    return TriggerResult(bool(order), {**verdict, "met": HARD}, allowed, order)
 
 
 def _effects(ctx: ActionContext, w: Workload) -> Effects:

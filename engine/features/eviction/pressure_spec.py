@@ -4,10 +4,11 @@ their checks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config.errors import Checker
+from engine.features.eviction.pool_load import PoolLoadParams
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Pressure:
     psi_min_pod_pressure: int = 1
     psi_pod_classes: tuple[str, ...] | None = None
     psi_reset_when_below: bool = False
+    pool_load: PoolLoadParams = field(default_factory=PoolLoadParams)
 
 
 def compile_pressure(c: Checker, raw: dict[str, Any]) -> Pressure:
@@ -74,4 +76,26 @@ def compile_pressure(c: Checker, raw: dict[str, Any]) -> Pressure:
         psi_min_pod_pressure=int(psi.get("minPodPressure", d.psi_min_pod_pressure)),
         psi_pod_classes=tuple(classes) if classes is not None else None,
         psi_reset_when_below=bool(psi.get("resetWhenBelow", d.psi_reset_when_below)),
+        pool_load=_pool_load(c, raw.get("poolLoad") or {}),
+    )
+
+
+def _pool_load(c: Checker, raw: dict[str, Any]) -> PoolLoadParams:
+    """spec.pressure.poolLoad -> PoolLoadParams, Katalyst's defaults for what is left out."""
+    d = PoolLoadParams()
+    lower = float(raw.get("lowerBoundRatio", d.lower_ratio))
+    upper = float(raw.get("upperBoundRatio", d.upper_ratio))
+    if lower > upper:
+        c.add(
+            ("pressure", "poolLoad", "lowerBoundRatio"),
+            f"lowerBoundRatio {lower:g} is above upperBoundRatio {upper:g}",
+            "the soft bound (lower) must not exceed the hard bound (upper); Katalyst uses 1.0 and 1.8",
+        )
+    return PoolLoadParams(
+        interval=c.duration(("pressure", "poolLoad", "interval"), raw.get("interval"), d.interval),
+        ring_size=int(raw.get("ringSize", d.ring_size)),
+        upper_ratio=upper,
+        lower_ratio=lower,
+        met_percentage=float(raw.get("thresholdMetPercentage", d.met_percentage)),
+        advised=bool(raw.get("advisedBounds", d.advised)),
     )

@@ -7,7 +7,9 @@ this tick's facts and the engine state, keeps their state in ``EngineState.press
 resumes the counter), and publishes the decisions as ordinary facts that rules test:
 
 - ``numa.memory.below_watermark_count`` and ``numa.memory.watermark_pressure`` per NUMA node;
-- ``node.memory.pressure`` and ``node.memory.pressure_quiet_seconds`` for the node.
+- ``node.memory.pressure`` and ``node.memory.pressure_quiet_seconds`` for the node;
+- ``node.cpu.pool_load_pressure`` and ``node.cpu.pool_load_pool``: Katalyst's shared-pool load rings
+  (``engine.features.eviction.pool_load``), sampled from this tick's pool plan.
 
 A value the snapshot supplies itself wins: a collector that keeps Katalyst's counter (or a
 hand-written snapshot) is authoritative, and qosd's counter resumes from the supplied count. Each
@@ -26,6 +28,12 @@ from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, ItemFacts
 from engine.evaluate.state import NumaCounter, PressureState
+from engine.features.eviction.pool_load import (
+    NO_POOL_LOAD,
+    PoolLoadState,
+    node_verdict,
+    pool_load_step,
+)
 from engine.features.eviction.pressure import (
     Action,
     NumaCounterParams,
@@ -40,8 +48,10 @@ from engine.features.eviction.pressure import (
     system_watermark_pressure,
     zoneinfo_watermarks,
 )
-from engine.features.eviction.spec import EvictSpec, SuppressionTolerance
+from engine.features.eviction.spec import EvictSpec, PoolLoad, SuppressionTolerance
+from engine.features.pools.strategy import PoolPlan, PoolSpec, reclaim_quotas
 from engine.features.rules.conditions import comparisons
+from engine.model.facts import EMPTY
 
 if TYPE_CHECKING:
     from engine.evaluate.context import Tick
@@ -49,7 +59,9 @@ if TYPE_CHECKING:
 
 NUMA_FACTS = frozenset({"numa.memory.below_watermark_count", "numa.memory.watermark_pressure"})
 SYSTEM_FACTS = frozenset({"node.memory.pressure", "node.memory.pressure_quiet_seconds"})
+POOL_LOAD_FACTS = frozenset({"node.cpu.pool_load_pressure", "node.cpu.pool_load_pool"})
 POD_PSI = "psi.memory.some.avg10"
+POD_LOAD, POD_USAGE = "cpu.load_1min", "cpu.usage_cores"
 
 
 def action_of_count(count: int, params: NumaCounterParams) -> Action:
@@ -95,6 +107,17 @@ class PressureStep:
         self.classifier = classifier
         self.numa_rules = _reads(policy, NUMA_FACTS)
         self.system_rules = _reads(policy, SYSTEM_FACTS)
+        self.pool_load_params = cfg.pool_load
+        self.pool_load_rules = _reads(policy, POOL_LOAD_FACTS) | frozenset(
+            r.name
+            for r in policy.rules
+            for a in r.actions
+            if isinstance(a.spec, EvictSpec) and isinstance(a.spec.trigger, PoolLoad)
+        )
+        self.shared_classes = frozenset(c.name for c in policy.classes if c.cpu_policy == "shared")
+        specs = [PoolSpec.from_policy(p) for p in policy.pools]  # the kind a pool's sizing implies
+        self.reserve_pools = tuple(s.name for s in specs if s.kind == "reserve")
+        self.reclaim_specs = tuple(s for s in specs if s.kind == "reclaim")
         self.numa_params = NumaCounterParams(cfg.numa_times, cfg.numa_reclaimed_times, cfg.numa_fast_wait)
         self.numa_interval = cfg.numa_interval
         self.scale_factor = cfg.watermark_scale_factor
@@ -142,6 +165,10 @@ class PressureStep:
             state = self._system(views, t, state)
         elif state.psi_since is not None or state.system_met_at is not None:
             state = replace(state, psi_since=None, system_met_at=None)
+        if self.pool_load_rules:
+            state = replace(state, pool_load=self._pool_load(views, t, state.pool_load))
+        elif state.pool_load.at is not None:
+            state = replace(state, pool_load=NO_POOL_LOAD)
         if any(rule not in self.tolerance_rules for rule in state.tolerance):
             state = replace(
                 state, tolerance={k: v for k, v in state.tolerance.items() if k in self.tolerance_rules}
@@ -259,3 +286,82 @@ class PressureStep:
             if value is not None:
                 out.append(float(value))
         return out
+
+    # ---------------------------------------------------------------- shared-pool load
+
+    def _pool_load(self, views: FactViews, t: Tick, state: PoolLoadState) -> PoolLoadState:
+        """Sample the pools of shared pods from this tick's plan (each pod's load: cpu.load_1min,
+        else cpu.usage_cores) and publish the node's verdict. Without a plan nothing is sampled."""
+        plan = t.pool_plan
+        if plan is None:
+            return state
+        params = self.pool_load_params
+        by_size: bool | None = None  # known on the ticks that sample
+        if state.at is not None and t.now - state.at < params.interval:
+            # Between samples the rings stand: no pod is read, only the verdict is published again.
+            pools = {n: (len(plan.pools.get(n, ())), r[-1].value) for n, r in state.pools.items() if r}
+            state, verdicts = pool_load_step(params, state, t.now, pools, {}, False)
+        else:
+            pools, pod_loads = self._pool_samples(views, plan)
+            by_size = self._pools_fill_their_limit(views, plan, pools)
+            state, verdicts = pool_load_step(params, state, t.now, pools, pod_loads, by_size)
+        verdict = node_verdict(verdicts)
+        met = verdict.met if verdict is not None else "none"
+        views.derive_node(
+            {"cpu.pool_load_pressure": met, "cpu.pool_load_pool": verdict.pool if verdict else ""}
+        )
+        inputs: dict[str, Any] = {
+            "met": met,
+            "pool": verdict.pool if verdict else "",
+            "sampledAt": state.at,
+            "pools": [v.to_dict() for v in verdicts],
+        }
+        if by_size is not None:
+            inputs["poolSizePressure"] = by_size
+        t.pressure_inputs["pool_load"] = inputs
+        return state
+
+    def _pool_samples(
+        self, views: FactViews, plan: PoolPlan
+    ) -> tuple[dict[str, tuple[int, float]], dict[str, float]]:
+        """Each pool of shared pods: (its size, its pods' summed load), and each such pod's load
+        (cpu.load_1min, else cpu.usage_cores, as measured)."""
+        classify = self.classifier.classify
+        pod_pool: dict[str, str] = {}
+        for (uid, _), name in plan.assignments.items():
+            pod_pool.setdefault(uid, name)
+        measured = views.snapshot.metrics.pods
+        pools: dict[str, tuple[int, float]] = {}
+        pod_loads: dict[str, float] = {}
+        for w in views.snapshot.workloads:
+            pool = pod_pool.get(w.uid)
+            if pool is None or w.phase not in ACTIVE_PHASES:
+                continue
+            if classify(w).class_name not in self.shared_classes:
+                continue
+            facts = measured.get(w.uid, EMPTY)
+            load = facts.get(POD_LOAD)
+            if load is None:
+                load = facts.get(POD_USAGE)
+            if load is None:
+                continue
+            pod_loads[w.uid] = float(load)
+            size, total = pools.get(pool, (len(plan.pools.get(pool, ())), 0.0))
+            pools[pool] = (size, total + float(load))
+        return pools, pod_loads
+
+    def _pools_fill_their_limit(
+        self, views: FactViews, plan: PoolPlan, pools: dict[str, tuple[int, float]]
+    ) -> bool:
+        """katalyst checkSharedPressureByPoolSize: the shared pools together hold every CPU they may
+        have, all CPUs minus the reserve minus the CPUs kept for reclaim."""
+        reserved = sum(len(plan.pools.get(name, ())) for name in self.reserve_pools)
+        topology = views.snapshot.topology
+        counts = {n: len(topology.cpus_of_numa(n)) for n in topology.numa_ids}
+        floor = 0
+        for s in self.reclaim_specs:
+            if s.min:
+                quotas = reclaim_quotas(s, s.min, counts)
+                floor += sum(quotas.values()) if quotas is not None else s.min
+        limit = len(topology.cpus) - reserved - floor
+        return sum(size for size, _ in pools.values()) >= limit

@@ -92,7 +92,9 @@ ORDER_KEYS: Mapping[str, KeyFn] = {
     "memory.usage": lambda c: c.facts.get("memory.usage_bytes"),
     "memory.rss": lambda c: c.facts.get("memory.rss_bytes"),
     "memory.usage_over_request": lambda c: c.facts.get("memory.usage_over_request"),
-    "memory.numa_usage": lambda c: c.facts.get("memory.usage_bytes"),
+    # The pod's memory on the NUMA node a per-NUMA rule matched (``with_numa_usage``), else its
+    # total: Katalyst's mem.total.numa.container of the pressured node.
+    "memory.numa_usage": lambda c: c.facts.get(NUMA_USAGE, c.facts.get("memory.usage_bytes")),
     "memory.request": lambda c: c.facts.get("memory.request_bytes"),
     "cpu.usage": lambda c: c.facts.get("cpu.usage_cores"),
     "cpu.usage_over_request": lambda c: c.facts.get("cpu.usage_over_request"),
@@ -163,8 +165,49 @@ def rank(
     return [(c, values) for _, _, c, values in scored]
 
 
+# The kubelet's critical pods (k8s.io/kubernetes/pkg/kubelet/types IsCriticalPod): static pods (a
+# config source other than the API server), mirror pods, and pods at or above the system-critical
+# priority. Katalyst drops them before any eviction plugin sees them (FilterOutSkipEvictionPods) and
+# again before killing (CandidateValidate); the kubelet never evicts them either.
+CONFIG_SOURCE = "kubernetes.io/config.source"
+CONFIG_MIRROR = "kubernetes.io/config.mirror"
+API_SOURCE = "api"
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+CRITICAL_PRIORITY_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
+
+
+def kubelet_critical(w: Workload) -> str | None:
+    """Why the kubelet counts this pod as critical (never an eviction victim), or None."""
+    source = w.annotations.get(CONFIG_SOURCE)
+    if source is not None and source != API_SOURCE:
+        return f"static pod ({CONFIG_SOURCE}={source})"
+    if CONFIG_MIRROR in w.annotations:
+        return f"mirror pod ({CONFIG_MIRROR})"
+    if w.priority is not None and w.priority >= SYSTEM_CRITICAL_PRIORITY:
+        return f"priority {w.priority} >= {SYSTEM_CRITICAL_PRIORITY} (system-critical)"
+    if w.priority_class_name in CRITICAL_PRIORITY_CLASSES:
+        return f"priority class {w.priority_class_name}"
+    return None
+
+
 def eligible(c: Candidate, victims: Victims) -> bool:
-    """Victim filters; protected classes are never victims, whatever the rule says."""
+    """Victim filters; protected classes and kubelet-critical pods are never victims, whatever the
+    rule says."""
+    return kubelet_critical(c.workload) is None and _selected(c, victims)
+
+
+def critical_left_out(pool: Sequence[Candidate], victims: Victims) -> list[tuple[Candidate, str]]:
+    """The pods the rule's victim filters select but that are kubelet-critical, with the reason:
+    what the rule's outcome reports as skipped rather than leaving them out silently."""
+    out = []
+    for c in pool:
+        why = kubelet_critical(c.workload)
+        if why is not None and _selected(c, victims):
+            out.append((c, why))
+    return out
+
+
+def _selected(c: Candidate, victims: Victims) -> bool:
     if c.cls is not None and c.cls.protected:
         return False
     classes = victims.classes
@@ -185,6 +228,25 @@ RESOURCE_FACTS: Mapping[str, tuple[str, str, str]] = {
     "memory": ("memory.usage_bytes", "memory.request_bytes", "memory.capacity_bytes,memory.total_bytes"),
     "cpu": ("cpu.usage_cores", "cpu.request_cores", "cpu.capacity_cores,cpus"),
 }
+
+
+NUMA_USAGE = "memory.numa_usage_bytes"  # set on candidates of a per-NUMA rule (with_numa_usage)
+
+
+def with_numa_usage(candidates: Sequence[Candidate], numa: int | str) -> list[Candidate]:
+    """The candidates with their memory use on ``numa`` as the ranking key ``memory.numa_usage``
+    reads it (a copy of the facts: the same pod ranks by another node's use on another NUMA node)."""
+    key = numa_usage_key(numa)
+    out = []
+    for c in candidates:
+        usage = c.facts.get(key)
+        if usage is None:
+            out.append(c)
+            continue
+        facts = ItemFacts(c.facts)
+        facts[NUMA_USAGE] = usage
+        out.append(Candidate(c.workload, facts, c.cls))
+    return out
 
 
 def numa_usage_key(numa: int | str) -> str:
@@ -454,6 +516,7 @@ class Choice:
     rank: int
     ranking: tuple[tuple[str, Any], ...]
     credit: float
+    of: int = 0  # how many eligible candidates were ranked: this victim is rank ``rank`` of ``of``
 
 
 def choose(
@@ -505,7 +568,7 @@ def choose(
         if len(chosen) >= budget or (target is not None and released >= target[0]):
             break
         amount = credit(c, resource, target_kind)
-        chosen.append(Choice(c, i + 1, values, amount))
+        chosen.append(Choice(c, i + 1, values, amount, len(ranked)))
         released += amount
     release = None
     if target is not None:

@@ -25,12 +25,15 @@ class Pool:
     per_container: bool
     min: int | None
     max: int | None
+    min_per_numa: bool
+    min_numa_ratio: float | None
     template: bool
     placement: str | None
     per_numa: bool
     ht_policy: str | None
     order: str
     origin: Location
+    ramp_up: float | None = None  # seconds a new unbound container runs on the ramp-up cpuset
 
 
 def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
@@ -84,6 +87,23 @@ def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
     lo, hi = size.get("min"), size.get("max")
     if lo is not None and hi is not None and lo > hi:
         c.add((*base, "size"), f"pool {name!r} has min {lo} above max {hi}")
+    for key in ("minPerNuma", "minNumaRatio"):
+        if size.get(key) and (lo is None or not size.get("remainder")):
+            c.add(
+                (*base, "size", key),
+                f"pool {name!r}: {key} sets the remainder pool's min per NUMA node, "
+                + ("but the pool has no min" if lo is None else "but this pool is not the remainder pool"),
+                "use it on the reclaim pool beside remainder: true and a min, e.g. {remainder: true, min: 1, "
+                "minPerNuma: true} for one CPU on every NUMA node",
+            )
+    if size.get("minPerNuma") and size.get("minNumaRatio") is not None:
+        c.add(
+            (*base, "size", "minNumaRatio"),
+            f"pool {name!r} has both minPerNuma (min split over the NUMA nodes) and minNumaRatio "
+            "(min on every NUMA node, raised to the ratio of its CPUs)",
+            "keep one: Katalyst uses the ratio when numaMinReclaimedResourceRatioForAllocate is set, "
+            "else the split",
+        )
     numa = raw.get("numa") or {}
     if raw.get("template") and static is not None:
         c.add((*base, "template"), "a template pool cannot have a static cpu list", "use a count or a size")
@@ -97,12 +117,15 @@ def compile_pool(c: Checker, i: int, raw: dict[str, Any]) -> Pool | None:
         per_container=bool(size.get("perContainer", False)),
         min=lo,
         max=hi,
+        min_per_numa=bool(size.get("minPerNuma", False)),
+        min_numa_ratio=size.get("minNumaRatio"),
         template=bool(raw.get("template", False)),
         placement=numa.get("placement"),
         per_numa=bool(numa.get("perNuma", False)),
         ht_policy=(raw.get("ht") or {}).get("policy"),
         order=str(raw.get("order", "lowFirst")),
         origin=c.loc(base),
+        ramp_up=c.duration((*base, "rampUp"), raw.get("rampUp")),
     )
 
 

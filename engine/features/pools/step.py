@@ -25,7 +25,15 @@ from engine.evaluate.classify import Classifier
 from engine.evaluate.context import Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, same_workloads
 from engine.features.pools.cpuset import CpuDetails
-from engine.features.pools.strategy import CpuDemand, Key, PoolPlan, PoolSpec, allocate
+from engine.features.pools.strategy import (
+    NUMA_INFIX,
+    CpuDemand,
+    Key,
+    PoolPlan,
+    PoolSpec,
+    allocate,
+    ramp_up_cpus,
+)
 from engine.model.facts import Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
 from engine.model.units import format_cpuset, parse_cpuset
@@ -58,7 +66,14 @@ class PoolStep:
         self._observed: Mapping[str, Mapping[str, str]] | None = None
         self._texts: tuple[str | None, ...] | None = None
         self._previous: Previous = ()
-        self._intents: tuple[PoolPlan, int, str, tuple[CgroupIntent, ...]] | None = None
+        self._intents: tuple[PoolPlan, int, str, frozenset[str], tuple[CgroupIntent, ...]] | None = None
+        # Katalyst QRM's ramp-up: pools whose new unbound containers first run on the ramp-up cpuset.
+        self._ramp_up = {p.name: p.ramp_up for p in policy.pools if p.ramp_up}
+        # A pool a pod names with cpuset_pool is made from the share template: it ramps up as that does.
+        self._template_ramp_up = next(
+            (p.ramp_up for p in policy.pools if p.template and p.ramp_up and not p.per_numa), None
+        )
+        self._held = tuple(s.name for s in self.specs if s.is_static)
 
     def before_rules(self, snap: Snapshot, views: FactViews, t: Tick) -> None:
         """Plan this tick's pools first: actions (suppress, evict and publish triggers) read the plan."""
@@ -191,9 +206,13 @@ class PoolStep:
         rebuilding a thousand of them with their provenance every second would be the step's
         largest cost in a steady state."""
         self._sync(snap.workloads)
+        ramping = self._ramping(snap, plan)
         cached = self._intents
-        if cached is not None and cached[0] is plan and cached[1:3] == (self._version, policy_hash):
-            return cached[3]
+        if cached is not None and cached[0] is plan and cached[1:4] == (self._version, policy_hash, ramping):
+            return cached[4]
+        ramp_cpus = None
+        if ramping:
+            ramp_cpus = ramp_up_cpus(plan, frozenset(c.id for c in snap.topology.cpus), self._held)
         out: list[CgroupIntent] = []
         for w in snap.workloads:
             if w.phase not in ACTIVE_PHASES:
@@ -208,17 +227,40 @@ class PoolStep:
                     # container; it keeps the cpuset it has. The plan's warnings say why.
                     continue
                 pool = "dedicated" if ckey in plan.dedicated else plan.assignments.get(ckey, "")
+                if ramp_cpus and w.uid in ramping:
+                    cpus, pool = ramp_cpus, f"{pool} (ramp-up)"
                 prov = self._provenance(w, pool, policy_hash, cpus)
                 out.append(CgroupIntent(c.cgroup_path, "cpuset.cpus", format_cpuset(cpus), w.key, prov))
                 mems = plan.numa_bindings.get(ckey)
                 if mems and w.uid not in self._unbound:  # memory stays node-wide unless NUMA-bound
                     out.append(CgroupIntent(c.cgroup_path, "cpuset.mems", format_cpuset(mems), w.key, prov))
         result = tuple(out)
-        self._intents = (plan, self._version, policy_hash, result)
+        self._intents = (plan, self._version, policy_hash, ramping, result)
         return result
 
+    def _ramping(self, snap: Snapshot, plan: PoolPlan) -> frozenset[str]:
+        """Pods still ramping up: started less than their pool's rampUp ago, in a pool (not
+        dedicated, not NUMA-bound). Katalyst: a new shared_cores container runs on the ramp-up
+        cpuset for transitionPeriod, then joins its pool."""
+        if not self._ramp_up:
+            return frozenset()
+        since = snap.time - max(self._ramp_up.values())
+        known = self.policy.pool_index
+        out = set()
+        for w in snap.workloads:
+            if w.start_time is None or w.start_time <= since or w.phase not in ACTIVE_PHASES:
+                continue
+            for c in w.containers:
+                pool = plan.assignments.get((w.uid, c.name))
+                if not pool or NUMA_INFIX in pool:
+                    continue
+                period = self._ramp_up.get(pool) if pool in known else self._template_ramp_up
+                if period is not None and 0 <= snap.time - w.start_time < period:
+                    out.add(w.uid)
+        return frozenset(out)
+
     def _provenance(self, w: Workload, pool: str, policy_hash: str, cpus: frozenset[int]) -> Provenance:
-        spec = self.policy.pool_index.get(pool.split("-NUMA")[0])
+        spec = self.policy.pool_index.get(pool.split("-NUMA")[0].removesuffix(" (ramp-up)"))
         return Provenance(
             rule=RULE,
             policy_hash=policy_hash,

@@ -71,6 +71,8 @@ class PoolSpec:
     per_container: bool = False
     min: int | None = None
     max: int | None = None
+    min_per_numa: bool = False  # min split over the NUMA nodes (katalyst GetCoreNumReservedForReclaim)
+    min_numa_ratio: float | None = None  # per NUMA max(min, ceil(ratio x its CPUs))
     per_numa: bool = False
     placement: str = "spread"
     ht_policy: str = "fullCores"
@@ -100,6 +102,8 @@ class PoolSpec:
             per_container=pool.per_container,
             min=pool.min,
             max=pool.max,
+            min_per_numa=pool.min_per_numa,
+            min_numa_ratio=pool.min_numa_ratio,
             per_numa=pool.per_numa,
             placement=pool.placement or "spread",
             ht_policy=pool.ht_policy or "fullCores",
@@ -809,23 +813,34 @@ def allocate(
     if reclaim_spec is not None:
         remainder = frozenset(c for node in state.numas.values() for c in node.free)
         floor = reclaim_spec.min if reclaim_spec.min is not None else max(MIN_RECLAIM, len(details.numa_ids))
+        quotas = reclaim_quotas(
+            reclaim_spec, floor, {n: len(details.cpus_in_numas((n,))) for n in details.numa_ids}
+        )
+        if quotas is not None:
+            floor = sum(quotas.values())
         if reclaim_spec.max is not None and len(remainder) > reclaim_spec.max:
             remainder = _take(details, reclaim_spec, remainder, reclaim_spec.max)
         if not reclaim_enabled and len(remainder) > floor and share_totals:
             remainder = _apportion_surplus(details, remainder, floor, share_spec, pool_cpus)
         reclaim = set(remainder)
-        if len(reclaim) < floor:
-            # katalyst reservedReclaimedCPUSet: TakeHTByNUMABalance over everything but the reserve.
-            # qosd avoids dedicated CPUs while any other CPU exists (Katalyst's startup set may not).
-            dedicated_cpus = frozenset(itertools.chain.from_iterable(state.dedicated.values()))
-            for pool in (all_cpus - reserved - dedicated_cpus, all_cpus - reserved, all_cpus):
-                short = floor - len(reclaim)
-                candidates = pool - reclaim
+        # katalyst reservedReclaimedCPUSet: TakeHTByNUMABalance over everything but the reserve.
+        # qosd avoids dedicated CPUs while any other CPU exists (Katalyst's startup set may not).
+        dedicated_cpus = frozenset(itertools.chain.from_iterable(state.dedicated.values()))
+        tiers = (all_cpus - reserved - dedicated_cpus, all_cpus - reserved, all_cpus)
+        scopes = (
+            [(quotas[n], details.cpus_in_numas((n,))) for n in sorted(quotas)]
+            if quotas is not None
+            else [(floor, all_cpus)]
+        )
+        for want, scope in scopes:
+            for pool in tiers:
+                short = want - len(reclaim & scope)
+                candidates = (pool & scope) - reclaim
                 if short <= 0 or not candidates:
                     continue
                 take = min(short, len(candidates))
                 reclaim |= take_by_numa_balance(details, candidates, take, full_cores=False)
-            reclaim_overlap = len(reclaim) > len(remainder)
+        reclaim_overlap = len(reclaim) > len(remainder)
         pool_cpus[reclaim_spec.name] = frozenset(reclaim)
 
     return PoolPlan(
@@ -838,6 +853,41 @@ def allocate(
         reclaim_overlap=reclaim_overlap,
         warnings=tuple(warnings),
     )
+
+
+def ramp_up_cpus(plan: PoolPlan, all_cpus: CpuSet, held: Iterable[str]) -> CpuSet:
+    """katalyst QRM's ramp-up cpuset (rumpUpPooledCPUs): every CPU but those of the ``held`` pools
+    (static reserve and system pools), the dedicated containers and the NUMA-bound pools."""
+    taken: set[int] = set()
+    for name in held:
+        taken |= plan.pools.get(name, EMPTY_CPUS)
+    for cpus in plan.dedicated.values():
+        taken |= cpus
+    for name, cpus in plan.pools.items():
+        if NUMA_INFIX in name:
+            taken |= cpus
+    return frozenset(all_cpus - taken)
+
+
+def reclaim_quotas(spec: PoolSpec, floor: int, numa_cpus: Mapping[int, int]) -> dict[int, int] | None:
+    """The remainder pool's CPUs per NUMA node (``numa_cpus``: node -> its CPU count); None when
+    its min counts over the whole node. katalyst: with numaMinReclaimedResourceRatioForAllocate,
+    max(numaMinReclaimedResourceForAllocate, ceil(ratio x CPUs of the node)) each; else
+    GetCoreNumReservedForReclaim's split."""
+    if spec.min_numa_ratio is not None:
+        ratio = spec.min_numa_ratio
+        return {n: max(floor, math.ceil(ratio * count)) for n, count in numa_cpus.items()}
+    return numa_quotas(floor, numa_cpus) if spec.min_per_numa else None
+
+
+def numa_quotas(total: int, numa_ids: Iterable[int]) -> dict[int, int]:
+    """katalyst GetCoreNumReservedForReclaim: ``total`` CPUs split over the NUMA nodes, each at
+    least 1 (floor(total / #NUMA) otherwise)."""
+    ids = sorted(numa_ids)
+    if not ids:
+        return {}
+    each = max(1, total // len(ids))
+    return {n: each for n in ids}
 
 
 def _apportion_surplus(

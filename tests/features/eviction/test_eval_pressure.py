@@ -353,7 +353,9 @@ def rss_snapshot() -> Snapshot:
 def test_rss_overuse_per_pod_threshold(threshold: float, want: list[str]) -> None:
     """TestRssOveruseEvictionPlugin_GetEvictPods through rule rss-overuse: each pod against its own
     rss_overuse_threshold, else the rule's; pods with a container lacking a memory request
-    (pod-2/4/6) and the dedicated pod-9 are never candidates. maxPerRound raised to see them all."""
+    (pod-2/4/6) and the dedicated pod-9 are never candidates. The plugin's whole candidate list
+    shows as the rule's victims with ``soft: false`` (no soft round narrowing them to one) and
+    maxPerRound raised."""
     overlay = f"""\
 rules:
   - name: rss-overuse
@@ -361,6 +363,7 @@ rules:
     then:
       evict:
         trigger: {{rssOveruse: {{threshold: {threshold}}}}}
+        soft: false
         maxPerRound: 10
 """
     result = tick(bundled(overlay), rss_snapshot(), EngineState())

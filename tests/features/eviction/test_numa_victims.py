@@ -16,7 +16,7 @@ import pytest
 from engine.evaluate.engine import Engine
 from engine.evaluate.factview import ItemFacts
 from engine.evaluate.state import EngineState
-from engine.features.eviction.strategy import Candidate, on_numa
+from engine.features.eviction.strategy import Candidate, on_numa, rank, with_numa_usage
 from engine.model.intents import EvictIntent
 from engine.plan.planner import Guards
 from engine.tick import run_tick
@@ -145,3 +145,17 @@ rules:
     hits = [p for p in problems if message in p.message]
     assert len(hits) == 1, [p.format() for p in problems]
     assert hits[0].location.path.endswith(path) and hits[0].location.line > 0
+
+
+def test_numa_usage_ranks_by_the_matched_nodes_use() -> None:
+    """katalyst numa_pressure_test.go TestNumaMemoryPressurePlugin_GetTopEvictionPods: on NUMA 0,
+    pod-2 (4 GiB there) goes before pod-1 (1 GiB there, 9 GiB on NUMA 1); on NUMA 1 the reverse.
+    ``memory.numa_usage`` ranked by the pods' total use before (issue 16), which picks pod-1 on both."""
+    pods = [
+        cand("pod-1", {"numa.0.memory_usage_bytes": 1 * GiB, "numa.1.memory_usage_bytes": 9 * GiB}),
+        cand("pod-2", {"numa.0.memory_usage_bytes": 4 * GiB, "numa.1.memory_usage_bytes": 1 * GiB}),
+    ]
+    on0 = [c.workload.uid for c, _ in rank(with_numa_usage(pods, 0), ("-memory.numa_usage",))]
+    on1 = [c.workload.uid for c, _ in rank(with_numa_usage(pods, "1"), ("-memory.numa_usage",))]
+    assert on0 == ["pod-2", "pod-1"]
+    assert on1 == ["pod-1", "pod-2"]
