@@ -155,7 +155,7 @@ def _classes(rng: random.Random) -> list[Json]:
                 "policy": "exclusive",
                 "pool": "dedicated",
                 "requires": ["numa-binding"],
-                "shares": {"expr": "container.requests.cpu * 1024"},
+                "shares": {"expr": "pod.requests.cpu * 1024"},
             },
             "memory": {"min": {"percent": 100, "of": "request"}, "high": "max"},
             "resctrl": {"group": "LSR", "l3Percent": [0, 100], "mbPercent": 100},
@@ -209,7 +209,7 @@ def _classes(rng: random.Random) -> list[Json]:
             "name": "ls-burstable",
             "match": [{"kubeQoS": "Burstable", "priority": {"gte": 1000}}],
             "cpu": {"policy": "shared", "pool": "share", "shares": {"percent": 100, "of": "request"}},
-            "memory": {"high": {"expr": "container.limits.memory * 0.9"}},
+            "memory": {"high": {"expr": "pod.limits.memory * 0.9"}},
             "evictionPriority": 400,
         },
         {
@@ -564,10 +564,10 @@ def _knob(rng: random.Random, key: str) -> Any:
         if roll < 0.4:
             return {"percent": rng.choice([50, 70, 80, 90]), "of": rng.choice(("request", "limit"))}
         if roll < 0.7:
-            return {"expr": rng.choice(("container.limits.memory * 0.8", "pod.requests.memory * 1.1"))}
+            return {"expr": rng.choice(("pod.limits.memory * 0.8", "pod.requests.memory * 1.1"))}
         return rng.choice([512, 1024, 2048]) << 20
     if key in ("cpu.shares", "cpu.weight"):
-        return rng.choice([2, 10, 100, 512]) if roll < 0.7 else {"expr": "container.requests.cpu * 512"}
+        return rng.choice([2, 10, 100, 512]) if roll < 0.7 else {"expr": "pod.requests.cpu * 512"}
     if roll < 0.5:
         return {"percent": rng.choice([50, 100, 150]), "of": "limit"}
     return rng.choice([50_000, 100_000, 200_000])

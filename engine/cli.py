@@ -106,7 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--backend", choices=("python", "durable"), default="python")
     e.add_argument("--output", choices=("table", "json"), default="table")
-    e.add_argument("--state", type=Path, help="engine state from a previous evaluation's JSON 'state'")
+    e.add_argument(
+        "--state",
+        type=Path,
+        help="engine state to start from: a previous `qosd eval` output (JSON or YAML; its `state` is "
+        "read), that `state` object alone, or a `qosd run --state-file` file",
+    )
     e.add_argument("--no-builtin", action="store_true", help="leave out the built-in default layer")
     e.add_argument(
         "--profile", type=profile, help=f"bundled profile to use (sets node label {PROFILE_LABEL})"

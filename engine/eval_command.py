@@ -10,13 +10,14 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from engine.config.command import not_a_file
 from engine.config.errors import Location, PolicyError, Problem, UsageError
-from engine.config.load import MAX_DEPTH, json_brackets, json_path, parse_documents
+from engine.config.load import MAX_DEPTH, JsonPath, json_brackets, json_path, parse_documents
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
 from engine.evaluate.engine import Engine
-from engine.evaluate.state import CorruptState, EngineState, state_from_json
+from engine.evaluate.state import CorruptState, EngineState, decode_state_json, state_from_document
 from engine.output import format_table
 from engine.plan.planner import Guards
 from engine.sources.snapshot_file import load_snapshot
@@ -72,34 +73,62 @@ def _state_fault_position(text: str, reason: str) -> tuple[int, int]:
     return before.count("\n") + 1, index - (before.rfind("\n") + 1) + 1
 
 
+STATE_HINT = (
+    "--state takes a file `qosd run --state-file` wrote, an Evaluation document `qosd eval` printed "
+    "(JSON or YAML; its `state` is read), or that `state` object alone (schemas/state.schema.json)"
+)
+
+
+def _decoded(data: bytes, text: str, source: str) -> Any:
+    """JSON first (what ``qosd run`` and ``qosd eval --output json`` write, with the state file's
+    limits); a document that does not start as JSON is read as YAML (an Evaluation printed as YAML)."""
+    if text.lstrip()[:1] in ("{", "[", ""):
+        return decode_state_json(data)
+    try:
+        return decode_state_json(data)
+    except CorruptState:
+        docs = parse_documents(text, source)  # PolicyError, located, when it is no YAML either
+        if len(docs) != 1:
+            raise CorruptState(f"{len(docs)} YAML documents; a state file holds one") from None
+        return docs[0].data
+
+
 def _eval_state(path: Path) -> EngineState:
     """The state ``--state`` names; a file that is not one is invalid input (exit 1), located at the
-    broken JSON's line:col or, for a value the schema refuses, at that value."""
+    broken JSON's line:col or, for a value the schema refuses, at that value.
+
+    A whole Evaluation document (what ``qosd eval`` prints) is read for its ``state``: a timer or
+    counter carried from one eval to the next must never restart silently because the user passed
+    the document rather than the object inside it."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"--state {path}: {exc.strerror}") from None
+    text = data.decode("utf-8", errors="replace")
+    prefix: JsonPath = ()
     try:
-        return state_from_json(data)
+        doc = _decoded(data, text, str(path))
+        if isinstance(doc, dict) and doc.get("kind") == "Evaluation":
+            if not isinstance(doc.get("state"), dict):
+                raise CorruptState(
+                    "an Evaluation document without its `state` object (printed by this qosd's eval)",
+                    path=("kind",),
+                )
+            prefix, doc = ("state",), doc["state"]
+        return state_from_document(doc)
     except CorruptState as exc:
-        where = Location(str(path), exc.line, exc.column, json_path(exc.path))
+        full = (*prefix, *exc.path)
+        where = Location(str(path), exc.line, exc.column, json_path(full))
         if not exc.line:
-            text = data.decode("utf-8", errors="replace")
-            if exc.path:  # a value the schema refused: JSON is YAML, whose marks give its line:col
+            if exc.path or prefix:  # a value the schema refused: JSON is YAML, whose marks give its line:col
                 with contextlib.suppress(PolicyError, ValueError):
                     docs = parse_documents(text, str(path))
                     if docs:
-                        where = docs[0].locate(exc.path)
+                        where = docs[0].locate(full)
             if not where.line:
-                where = Location(str(path), *_state_fault_position(text, str(exc)), json_path(exc.path))
-        raise PolicyError(
-            [
-                Problem(
-                    where,
-                    f"not an engine state: {exc}",
-                    hint="--state takes a file `qosd run --state-file` wrote, or the `state` object of "
-                    "`qosd eval --output json` (schemas/state.schema.json)",
-                )
-            ]
-        ) from None
+                where = Location(str(path), *_state_fault_position(text, str(exc)), json_path(full))
+        message = str(exc)
+        if prefix and message.startswith("$"):
+            message = "$.state" + message[1:]
+        raise PolicyError([Problem(where, f"not an engine state: {message}", hint=STATE_HINT)]) from None
 

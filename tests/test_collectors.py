@@ -129,11 +129,17 @@ def sysfs_tree(
     for nid, ids in nodes.items():
         write(sysfs, f"devices/system/node/node{nid}/cpulist", ",".join(map(str, ids)) + "\n")
         kb = (numa_kb or {}).get(nid, 8 * 1024 * 1024)
-        write(sysfs, f"devices/system/node/node{nid}/meminfo", node_meminfo(nid, kb, kb // 2, kb // 8, kb // 16, kb // 64))
+        write(
+            sysfs,
+            f"devices/system/node/node{nid}/meminfo",
+            node_meminfo(nid, kb, kb // 2, kb // 8, kb // 16, kb // 64),
+        )
     return sysfs
 
 
-def node_meminfo(nid: int, total: int, free: int, active_file: int, inactive_file: int, sreclaimable: int) -> str:
+def node_meminfo(
+    nid: int, total: int, free: int, active_file: int, inactive_file: int, sreclaimable: int
+) -> str:
     rows = [
         ("MemTotal", total),
         ("MemFree", free),
@@ -142,7 +148,10 @@ def node_meminfo(nid: int, total: int, free: int, active_file: int, inactive_fil
         ("Inactive(file)", inactive_file),
         ("SReclaimable", sreclaimable),
     ]
-    return "".join(f"Node {nid} {k + ':':<17}{v:>9} kB\n" for k, v in rows) + f"Node {nid} HugePages_Total:     0\n"
+    return (
+        "".join(f"Node {nid} {k + ':':<17}{v:>9} kB\n" for k, v in rows)
+        + f"Node {nid} HugePages_Total:     0\n"
+    )
 
 
 MEMINFO = """\
@@ -247,7 +256,9 @@ def idle_stat(cpus: int, busy: int = 0, kernel: int = 0, idle: int = 1000) -> di
     return {"cpu": (busy * cpus, 0, kernel * cpus, idle * cpus, 0, 0, 0, 0, 0, 0), **per}
 
 
-PSI_CPU = "some avg10=0.39 avg60=0.25 avg300=0.17 total=220079930\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+PSI_CPU = (
+    "some avg10=0.39 avg60=0.25 avg300=0.17 total=220079930\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+)
 
 
 def psi_text(some10: float, full10: float = 0.0) -> str:
@@ -309,7 +320,15 @@ slab_reclaimable 1000000
 """
 
 
-def v1_cgroup(root: Path, rel: str, usage_ns: int, *, mem_usage: int = 400_000_000, cpus: str = "0-7", comount: bool = False) -> None:
+def v1_cgroup(
+    root: Path,
+    rel: str,
+    usage_ns: int,
+    *,
+    mem_usage: int = 400_000_000,
+    cpus: str = "0-7",
+    comount: bool = False,
+) -> None:
     cpu_dir, acct_dir = ("cpu,cpuacct", "cpu,cpuacct") if comount else ("cpu", "cpuacct")
     write(root, f"{cpu_dir}/{rel}/cpu.shares", "1024\n")
     write(root, f"{cpu_dir}/{rel}/cpu.stat", "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n")
@@ -328,8 +347,19 @@ def v1_root(root: Path, comount: bool = False) -> Path:
     return cg
 
 
-def v2_cgroup(root: Path, rel: str, usage_usec: int, periods: int = 0, throttled: int = 0, mem_current: int = 400_000_000) -> None:
-    write(root, f"{rel}/cpu.stat", f"usage_usec {usage_usec}\nuser_usec {usage_usec}\nsystem_usec 0\nnr_periods {periods}\nnr_throttled {throttled}\nthrottled_usec 0\n")
+def v2_cgroup(
+    root: Path,
+    rel: str,
+    usage_usec: int,
+    periods: int = 0,
+    throttled: int = 0,
+    mem_current: int = 400_000_000,
+) -> None:
+    write(
+        root,
+        f"{rel}/cpu.stat",
+        f"usage_usec {usage_usec}\nuser_usec {usage_usec}\nsystem_usec 0\nnr_periods {periods}\nnr_throttled {throttled}\nthrottled_usec 0\n",
+    )
     write(root, f"{rel}/memory.current", f"{mem_current}\n")
     write(root, f"{rel}/memory.stat", V2_MEMORY_STAT)
     write(root, f"{rel}/cpu.pressure", psi_text(2.5, 1.0))
@@ -351,7 +381,9 @@ def layout_of(cg: Path) -> CgroupLayout:
     (``CgroupLayout.from_mounts``) does the rest."""
     if (cg / "cgroup.controllers").exists():
         return CgroupLayout.unified_tree(cg)
-    mounts = [Mount(str(d), "cgroup", frozenset(d.name.split(","))) for d in sorted(cg.iterdir()) if d.is_dir()]
+    mounts = [
+        Mount(str(d), "cgroup", frozenset(d.name.split(","))) for d in sorted(cg.iterdir()) if d.is_dir()
+    ]
     return CgroupLayout.from_mounts(str(cg), mounts)
 
 
@@ -398,7 +430,9 @@ def test_topology_skips_offline_cpus(tmp_path: Path) -> None:
 def test_topology_l3_without_id_file_numbers_shared_sets(tmp_path: Path) -> None:
     """Older kernels have no cache/indexN/id: one id per distinct shared_cpu_list, in CPU order."""
     cpus = [(cpu, core, pkg, numa, sib, None) for cpu, core, pkg, numa, sib, _ in CPUS_8]
-    topo = read_topology(sysfs_tree(tmp_path, cpus, l3_shared={c: ("4-7" if c < 4 else "0-3") for c in range(8)}))
+    topo = read_topology(
+        sysfs_tree(tmp_path, cpus, l3_shared={c: ("4-7" if c < 4 else "0-3") for c in range(8)})
+    )
     assert [c.l3 for c in topo.cpus] == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
@@ -468,7 +502,9 @@ def test_parse_stat_uses_koordinators_busy_fields() -> None:
         (1000, 1100, -1.0, HZ, None),  # clock stepped back
     ],
 )
-def test_counter_rate(previous: int, current: int, seconds: float, per_second: float, expected: float | None) -> None:
+def test_counter_rate(
+    previous: int, current: int, seconds: float, per_second: float, expected: float | None
+) -> None:
     got = rate(previous, current, seconds, per_second)
     assert got == pytest.approx(expected) if expected is not None else got is None
 
@@ -538,7 +574,9 @@ TWO_CPUS = [(0, 0, 0, 0, "0", 0), (1, 1, 0, 0, "1", 0)]
         pytest.param([(0, 0), (5, 0), (6, 4)], [None, None, 1.2], id="short-window-keeps-baseline"),
         # after a full window, a short one repeats the last figure, never a 5-tick estimate
         pytest.param([(0, 0), (6, 4), (9, 5), (12, 12)], [None, 1.2, 1.2, 2 * 6 / 14], id="short-after-full"),
-        pytest.param([(0, 0), (5, 5), (9, 6), (15, 10)], [None, 1.0, 1.0, 2 * 10 / 15], id="stands-until-full"),
+        pytest.param(
+            [(0, 0), (5, 5), (9, 6), (15, 10)], [None, 1.0, 1.0, 2 * 10 / 15], id="stands-until-full"
+        ),
         # Every tick busy over 10 ticks: the full capacity, never above it, however the samples fall
         pytest.param([(0, 0), (3, 0), (7, 0), (11, 0), (21, 0)], [None, None, None, 2.0, 2.0], id="bounded"),
         # an idle counter that stepped back (a NO_HZ iowait quirk) while the total still grew:
@@ -643,7 +681,11 @@ def test_numa_memory_usage_follows_koordinators_numa_estimate(tmp_path: Path) ->
     so usage = MemTotal - (MemFree + Active(file) + Inactive(file) + SReclaimable). Fixture values of
     its TestGetNUMAMemInfo node 0."""
     sysfs, proc = sysfs_tree(tmp_path), procfs_tree(tmp_path)
-    write(sysfs, "devices/system/node/node0/meminfo", node_meminfo(0, 263432804, 254391744, 2496524, 2222452, 445164))
+    write(
+        sysfs,
+        "devices/system/node/node0/meminfo",
+        node_meminfo(0, 263432804, 254391744, 2496524, 2222452, 445164),
+    )
     _, numa = ProcSource(TickReader(), proc, sysfs, page_size=PAGE).sample(read_topology(sysfs))
     used = (263432804 - (254391744 + 2496524 + 2222452 + 445164)) << 10
     assert numa[0]["memory.usage_bytes"] == used
@@ -660,7 +702,8 @@ def test_zoneinfo_katalyst_fixture() -> None:
     """katalyst pkg/util/machine/zone_linux_test.go TestGetNormalZoneInfo: free 72543, min 7128,
     low 71013, inactive file 473057 pages, here in bytes."""
     zones = parse_zoneinfo(
-        "Node 0, zone   Normal\n min      7128\n low      71013\n nr_free_pages 72543\n nr_zone_inactive_file 473057\n", PAGE
+        "Node 0, zone   Normal\n min      7128\n low      71013\n nr_free_pages 72543\n nr_zone_inactive_file 473057\n",
+        PAGE,
     )
     assert len(zones) == 1
     z = zones[0]
@@ -670,9 +713,20 @@ def test_zoneinfo_katalyst_fixture() -> None:
 
 def test_zoneinfo_real_format() -> None:
     zones = parse_zoneinfo(ZONEINFO, PAGE)
-    assert [(z.node, z.name) for z in zones] == [(0, "DMA"), (0, "DMA32"), (0, "Normal"), (0, "Movable"), (1, "Normal")]
+    assert [(z.node, z.name) for z in zones] == [
+        (0, "DMA"),
+        (0, "DMA32"),
+        (0, "Normal"),
+        (0, "Movable"),
+        (1, "Normal"),
+    ]
     normal = zones[2]
-    assert (normal.free, normal.min, normal.low, normal.high) == (382858 * PAGE, 6273 * PAGE, 7841 * PAGE, 9409 * PAGE)
+    assert (normal.free, normal.min, normal.low, normal.high) == (
+        382858 * PAGE,
+        6273 * PAGE,
+        7841 * PAGE,
+        9409 * PAGE,
+    )
     assert normal.inactive_file == 7784 * PAGE  # the zone's counter, not the node's nr_inactive_file 4343
     assert normal.managed == 458752 * PAGE
     # "pages free" counts when a zone prints no nr_free_pages (Movable here, older kernels everywhere)
@@ -691,7 +745,10 @@ def test_numa_zone_facts_come_from_the_normal_zone(tmp_path: Path) -> None:
     assert numa[0]["memory.watermark_low_bytes"] == 7841 * PAGE
     assert numa[0]["memory.watermark_high_bytes"] == 9409 * PAGE
     assert numa[0]["memory.inactive_file_bytes"] == 7784 * PAGE
-    assert numa[1]["memory.free_bytes"] == 100000 * PAGE and numa[1]["memory.inactive_file_bytes"] == 50000 * PAGE
+    assert (
+        numa[1]["memory.free_bytes"] == 100000 * PAGE
+        and numa[1]["memory.inactive_file_bytes"] == 50000 * PAGE
+    )
     assert node["memory.watermark_min_bytes"] == (52 + 10569 + 6273 + 32 + 5000) * PAGE
     assert node["memory.watermark_low_bytes"] == (65 + 13211 + 7841 + 32 + 6000) * PAGE
 
@@ -709,9 +766,18 @@ def test_numa_without_zoneinfo_falls_back_to_node_meminfo(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (PSI_CPU, {"some": {"avg10": 0.39, "avg60": 0.25, "avg300": 0.17, "total": 220079930.0}, "full": {"avg10": 0.0, "avg60": 0.0, "avg300": 0.0, "total": 0.0}}),
+        (
+            PSI_CPU,
+            {
+                "some": {"avg10": 0.39, "avg60": 0.25, "avg300": 0.17, "total": 220079930.0},
+                "full": {"avg10": 0.0, "avg60": 0.0, "avg300": 0.0, "total": 0.0},
+            },
+        ),
         # kernels before 5.13 print no "full" line for cpu
-        ("some avg10=12.50 avg60=3.00 avg300=1.00 total=99\n", {"some": {"avg10": 12.5, "avg60": 3.0, "avg300": 1.0, "total": 99.0}}),
+        (
+            "some avg10=12.50 avg60=3.00 avg300=1.00 total=99\n",
+            {"some": {"avg10": 12.5, "avg60": 3.0, "avg300": 1.0, "total": 99.0}},
+        ),
         ("", {}),
     ],
 )
@@ -763,7 +829,11 @@ def test_memory_stat_facts_v1_and_v2_agree() -> None:
 
 def test_stat_keys_match_whole_keys_at_line_starts() -> None:
     text = "inactive_anon 5\nanon 7\nfile_mapped 3\nfile 9\nbroken x\nlast 11"
-    assert parse_stat_keys(text, {"anon": "a", "file": "f", "broken": "b", "last": "l", "none": "n"}) == {"a": 7, "f": 9, "l": 11}
+    assert parse_stat_keys(text, {"anon": "a", "file": "f", "broken": "b", "last": "l", "none": "n"}) == {
+        "a": 7,
+        "f": 9,
+        "l": 11,
+    }
 
 
 def _v1_keys() -> dict[str, str]:
@@ -784,7 +854,10 @@ def test_v1_cgroup_cpu_usage_from_cpuacct_deltas(tmp_path: Path) -> None:
     fs = layout_of(cg)
     metrics = CgroupMetrics(fs, TickReader(), CgroupOptions(throttling=True))
     first = metrics.sample(["qosd-demo/a"], 50.0, 1)
-    assert "cpu.usage_cores" not in first["qosd-demo/a"] and first["qosd-demo/a"]["memory.rss_bytes"] == 169742336
+    assert (
+        "cpu.usage_cores" not in first["qosd-demo/a"]
+        and first["qosd-demo/a"]["memory.rss_bytes"] == 169742336
+    )
     write(cg, "cpuacct/qosd-demo/a/cpuacct.usage", "13000000000\n")  # 3 s of CPU in 2 s
     write(cg, "cpu/qosd-demo/a/cpu.stat", "nr_periods 100\nnr_throttled 25\nthrottled_time 5\n")
     metrics.reader.begin_tick()  # type: ignore[attr-defined]
@@ -890,10 +963,47 @@ def test_memory_files_can_be_staggered(tmp_path: Path) -> None:
     assert stat_reads == 6 + 6 * 2
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_numa_stat_is_read_on_every_nth_memory_read_and_carried_between(tmp_path: Path, version: int) -> None:
+    """memory.numa_stat is the costliest file of a cgroup's memory turn, and only victim selection
+    reads it: with numa_every=3 it is read on a cgroup's 1st, 4th, 7th memory read, and its facts
+    stand in between, so a victim filter never sees a pod without them. A changed file shows at the
+    next due read, not before."""
+    cg = v1_root(tmp_path) if version == 1 else v2_root(tmp_path)
+    numa = "hierarchical_total=10 N0=4 N1=6\n" if version == 1 else "anon N0=4 N1=6\nfile N0=0 N1=0\n"
+    changed = numa.replace("N0=4", "N0=5")
+    for rel in ("g/a", "g/b"):
+        v1_cgroup(cg, rel, 0) if version == 1 else v2_cgroup(cg, rel, 0)
+        write(cg, f"memory/{rel}/memory.numa_stat" if version == 1 else f"{rel}/memory.numa_stat", numa)
+    opener = CountingOpener()
+    reader = TickReader(FileReader(opener))
+    metrics = CgroupMetrics(layout_of(cg), reader, CgroupOptions(psi=False, numa=True, numa_every=3))
+    unit = PAGE if version == 1 else 1
+    seen = []
+    for tick in range(1, 8):
+        if tick == 3:
+            for rel in ("g/a", "g/b"):
+                write(
+                    cg,
+                    f"memory/{rel}/memory.numa_stat" if version == 1 else f"{rel}/memory.numa_stat",
+                    changed,
+                )
+        reader.begin_tick()
+        out = metrics.sample(["g/a", "g/b"], float(tick), tick)
+        assert all(out[p]["numa.1.memory_usage_bytes"] == 6 * unit for p in ("g/a", "g/b"))
+        seen.append(out["g/a"]["numa.0.memory_usage_bytes"] / unit)
+    numa_reads = sum(n for path, n in opener.opens.items() if path.endswith("memory.numa_stat"))
+    stat_reads = sum(n for path, n in opener.opens.items() if path.endswith("memory.stat"))
+    assert (stat_reads, numa_reads) == (2 * 7, 2 * 3)  # ticks 1, 4 and 7 read it
+    assert seen == [4, 4, 4, 5, 5, 5, 5]
+
+
 # -------------------------------------------------------------------------------------- collector
 
 
-def collector_for(tmp_path: Path, cg: Path, opener: CountingOpener | None = None, **options: Any) -> tuple[NodeCollector, Clock]:
+def collector_for(
+    tmp_path: Path, cg: Path, opener: CountingOpener | None = None, **options: Any
+) -> tuple[NodeCollector, Clock]:
     sysfs, proc = sysfs_tree(tmp_path), procfs_tree(tmp_path)
     fs = layout_of(cg)
     clock = Clock()
@@ -957,7 +1067,10 @@ def test_collect_builds_a_full_snapshot(tmp_path: Path) -> None:
     assert snap.metrics.node["cpu.system_usage_cores"] == pytest.approx(0.5)  # Koordinator systemUsed
     assert snap.metrics.pods["qosd-demo/web"]["cpu.usage_cores"] == pytest.approx(1.0)
     assert snap.metrics.numa[0]["cpu.usage_cores"] == pytest.approx(2.0)
-    assert snap.cgroups == {"qosd-demo/batch": {"cpuset.cpus": "4-7"}, "qosd-demo/web": {"cpuset.cpus": "0-3"}}
+    assert snap.cgroups == {
+        "qosd-demo/batch": {"cpuset.cpus": "4-7"},
+        "qosd-demo/web": {"cpuset.cpus": "0-3"},
+    }
     assert snap.metrics.containers == {}  # the policy reads no container facts
     assert snap.cgroup_version == 1
     # unchanged workloads are the same objects (classification caches key on identity)
@@ -999,6 +1112,7 @@ def test_the_same_tracked_pairs_again_are_not_stored_again_and_expire_on_the_sam
     tracking a fresh copy every tick gives."""
     cg = v1_root(tmp_path)
     v1_cgroup(cg, "qosd-demo/web", 0)
+
     class Stores(dict[tuple[str, str], int]):
         count = 0
 
@@ -1036,7 +1150,9 @@ def test_observed_files_can_be_staggered_and_writes_are_noted(tmp_path: Path) ->
             write(cg, "cpuset/qosd-demo/web/cpuset.cpus", "0-1\n")  # changed behind qosd's back
             collector.note_written("qosd-demo/batch", "cpuset.cpus", "6-7\n")  # qosd wrote this
         snap = collector.collect()
-        values.append((snap.cgroups["qosd-demo/web"]["cpuset.cpus"], snap.cgroups["qosd-demo/batch"]["cpuset.cpus"]))
+        values.append(
+            (snap.cgroups["qosd-demo/web"]["cpuset.cpus"], snap.cgroups["qosd-demo/batch"]["cpuset.cpus"])
+        )
     reads = sum(n for p, n in opener.opens.items() if p.endswith("cpuset.cpus"))
     assert reads == 2 + 2 * 2  # both on the first tick, then each every third of the next six
     assert values[0] == ("0-3", "4-7")
@@ -1060,7 +1176,9 @@ def test_observed_files_can_be_staggered_and_writes_are_noted(tmp_path: Path) ->
         ([(0, -1), (1, -5)], 10, {"avg": -3, "max": -1, "min": -5}),
     ],
 )
-def test_series_window_aggregates(samples: list[tuple[float, float]], window: float, expected: dict[str, float]) -> None:
+def test_series_window_aggregates(
+    samples: list[tuple[float, float]], window: float, expected: dict[str, float]
+) -> None:
     series = Series({window: frozenset({"avg", "max", "min"})}, capacity=64)
     for t, v in samples:
         series.push(t, v)
@@ -1266,7 +1384,9 @@ def test_standalone_default_mapping_meets_the_bundled_policies(tmp_path: Path) -
     node = read_local_node(name="n")
     katalyst = Engine(build_policy(load_documents([], builtin=True), node))
     assert {n: katalyst.classifier.classify(w).class_name for n, w in workloads.items()} == expected
-    koord = Engine(build_policy(load_documents([], builtin=True), node.with_labels({"qosd.io/profile": "koordinator"})))
+    koord = Engine(
+        build_policy(load_documents([], builtin=True), node.with_labels({"qosd.io/profile": "koordinator"}))
+    )
     classes = {n: koord.classifier.classify(w).class_name for n, w in workloads.items()}
     assert classes["batch"] != classes["probe"]
     assert classes == {"probe": "LS", "batch": "BE", "system-agent": "SYSTEM"}
@@ -1316,12 +1436,17 @@ def test_workloads_file_entries(tmp_path: Path) -> None:
     assert dict(batch.labels) == {"koordinator.sh/qosClass": "BE", "team": "data"}
     db = by_uid["qosd-demo/db"]
     # explicit annotations win over the qos shorthand
-    assert db.annotations["katalyst.kubewharf.io/qos_level"] == "shared_cores" and db.labels["koordinator.sh/qosClass"] == "LSE"
+    assert (
+        db.annotations["katalyst.kubewharf.io/qos_level"] == "shared_cores"
+        and db.labels["koordinator.sh/qosClass"] == "LSE"
+    )
 
 
 def test_workloads_file_errors_are_located(tmp_path: Path) -> None:
     path = tmp_path / "w.yaml"
-    path.write_text("apiVersion: qosd.io/v1alpha1\nkind: StandaloneWorkloads\nworkloads:\n  - path: a/b\n    qos: gold\n  - path: ../etc\n")
+    path.write_text(
+        "apiVersion: qosd.io/v1alpha1\nkind: StandaloneWorkloads\nworkloads:\n  - path: a/b\n    qos: gold\n  - path: ../etc\n"
+    )
     with pytest.raises(PolicyError) as err:
         load_workloads(path)
     text = str(err.value)
@@ -1407,10 +1532,14 @@ def test_discovery_learns_each_names_kind_once_and_again_when_the_directory_chan
     os.utime(base / "qosd", ns=(1, 1))  # whatever the clock's granularity, the mtime changed
     (base / "qosd" / "d").mkdir()
     os.utime(base / "qosd", ns=(2, 2))
-    assert discover(str(base), [("qosd", "*")], kinds) == discover(str(base), [("qosd", "*")]) == [
-        "qosd/a",
-        "qosd/d",
-    ]
+    assert (
+        discover(str(base), [("qosd", "*")], kinds)
+        == discover(str(base), [("qosd", "*")])
+        == [
+            "qosd/a",
+            "qosd/d",
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -1452,7 +1581,10 @@ def test_standalone_snapshot_evaluates_with_the_bundled_policy(tmp_path: Path) -
         for i in result.evaluation.intents
         if getattr(i, "file", None) == "cpuset.cpus"
     }
-    assert {path: pool for path, (pool, _) in cpusets.items()} == {"qosd-demo/probe": "share", "qosd-demo/batch": "reclaim"}
+    assert {path: pool for path, (pool, _) in cpusets.items()} == {
+        "qosd-demo/probe": "share",
+        "qosd-demo/batch": "reclaim",
+    }
     # 8 CPUs cannot hold reserve 2 + share 4 + reclaim 4 apart: Katalyst's reclaim floor overlaps
     assert all(cpus for _, cpus in cpusets.values())
     assert result.evaluation.workload_issues == ()
@@ -1606,3 +1738,23 @@ def test_real_cgroup_v1_usage_is_the_kernels_counter_delta() -> None:
         assert after > before
         assert facts["cpu.usage_cores"] == pytest.approx(min((after - before) / 1e9, ncpu), rel=1e-12)
         assert facts["memory.usage_bytes"] > 0 and "cpuset.cpus" in snap.cgroups.get(f"{tree.name}/busy", {})
+
+
+def test_the_cfs_quota_burst_section_asks_for_what_it_reads(tmp_path: Path) -> None:
+    """spec.cfsQuotaBurst reads each container's usage and throttling and the node's usage averaged
+    over its window: the collector samples containers and keeps that window once the policy says so."""
+    cg = v1_root(tmp_path)
+    collector, clock = collector_for(tmp_path, cg)
+    assert not collector.read_containers
+    collector.use_policy(
+        policy(
+            """\
+            classes:
+              - {name: LS, match: [{labels: {q: ls}}]}
+            cfsQuotaBurst: {enabled: true, classes: [LS], window: 5s}
+            """
+        )
+    )
+    assert collector.read_containers
+    clock.t = 1000.0
+    assert "5s" in collector.collect().metrics.windows

@@ -33,6 +33,7 @@ from engine.cli import main as cli_main
 from engine.daemon.loop import Daemon
 from engine.daemon.wiring import (
     MEMORY_SECONDS,
+    NUMA_SECONDS,
     OBSERVE_SECONDS,
     CollectorSource,
     build_standalone,
@@ -428,3 +429,5 @@ def test_only_a_write_that_landed_is_reported_as_observed_the_others_are_read_ag
     ]
     assert daemon_options(1.0).observe_every == 10 and daemon_options(0.05).observe_every == 200
     assert daemon_options(1.0).memory_every == round(MEMORY_SECONDS)
+    assert daemon_options(1.0).numa_every == round(NUMA_SECONDS / MEMORY_SECONDS) == 3
+    assert daemon_options(60.0).numa_every == 1  # a tick longer than NUMA_SECONDS reads it every time

@@ -89,6 +89,14 @@ def huge_metric(d: dict[str, Any]) -> None:
     d["metrics"]["pods"] = {"x": {"cpu": {"usage_cores": -1e308}}}
 
 
+def dup_host_app(d: dict[str, Any]) -> None:
+    d["hostApplications"] = [{"name": "nginx", "qos": "LS"}, {"name": "nginx", "qos": "BE"}]
+
+
+def huge_host_app_usage(d: dict[str, Any]) -> None:
+    d["hostApplications"] = [{"name": "nginx", "usage": {"cpuCores": 1e300}}]
+
+
 def numa_metric_key(d: dict[str, Any]) -> None:
     d["metrics"]["numa"] = {"zero": {}}
 
@@ -124,6 +132,13 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("capacity out of range", huge_capacity, "$.node.capacity.memory", "is too large"),
     ("metric out of range", huge_metric, "$.metrics.pods.x.cpu.usage_cores", "beyond what a node reports"),
     ("request out of range", huge_request, "$.workloads[0].containers[0].requests.cpu", "is too large"),
+    ("duplicate host application", dup_host_app, "$.hostApplications[1].name", "host application 'nginx' is listed twice"),
+    (
+        "host application usage out of range",
+        huge_host_app_usage,
+        "$.hostApplications[0].usage.cpuCores",
+        "beyond what a node reports",
+    ),
 ]
 
 

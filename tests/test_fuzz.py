@@ -248,3 +248,15 @@ def test_any_quantity_in_a_workloads_file_is_accepted_and_runs_or_is_rejected_wi
     m = Mutated(json.dumps(doc).encode(), "hypothesis")  # JSON: the quantity stays a quoted string
     outcome, _ = execute(env, WorkloadsSurface(), m)
     assert outcome.cls in (OK, LOCATED), f"{outcome.signature}\n{outcome.detail}"
+
+
+@pytest.mark.parametrize("limit", [5.0, 10.0, 2.5])
+def test_results_section_states_the_runs_own_hang_limit(limit: float) -> None:
+    """The recorded section once said "a hang is more than 5 s" for a run made with --timeout 10:
+    the text must give the limit the run used, or the record misstates what "0 hangs" means."""
+    from bench.fuzz.__main__ import results_section
+    from bench.fuzz.runner import Report
+
+    report = Report(1, 2, 60.0, {}, [], (0, "", -1, ""), limit)
+    text = results_section(report, "python -m bench.fuzz")
+    assert f"a hang is more than {limit:g} s for one input" in text

@@ -330,15 +330,16 @@ def test_an_action_of_the_same_kind_merges_and_another_kind_replaces() -> None:
 
 
 def test_a_rule_without_actions_after_merging_is_reported_where_it_is_defined() -> None:
+    """A partial rule no document completes patches nothing: validate refuses it at its name; a
+    node's build leaves it out (tests/test_layering_patches.py has the per-variant semantics)."""
     docs = docs_of(
         ("base", BASE, Layer.BUILTIN),
         ("team", "rules:\n  - name: brand-new\n    for: 5s\n", Layer.FILE),
     )
-    with pytest.raises(PolicyError) as info:
-        build_policy(docs, node())
-    (problem,) = info.value.problems
-    assert problem.message == "missing required field 'then'"
-    assert (problem.location.source, problem.location.line, problem.location.column) == ("team.yaml", 6, 7)
+    (problem,) = validate(docs)
+    assert problem.message.startswith("rule 'brand-new' has no `then`, and no document defines")
+    assert (problem.location.source, problem.location.line, problem.location.column) == ("team.yaml", 6, 13)
+    assert "brand-new" not in build_policy(docs, node()).rule_index
 
 
 def test_validate_for_one_node_ignores_documents_that_do_not_apply_to_it() -> None:

@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.config.pipeline import build_policy, load_documents
-from engine.sources.cgroupfs import parse_numa_stat
+from engine.sources.cgroupfs import NUMA_LINES, parse_numa_stat
 from engine.sources.collector import NodeCollector
 from engine.sources.standalone import StandaloneConfig, StandaloneSource
 from tests.builders import snapshot
@@ -132,7 +134,10 @@ def test_the_collector_gives_both_facts_when_the_policy_reads_them(tmp_path: Pat
     }
     for uid in ("qosd-demo/a", "qosd-demo/b"):
         pod = snap.metrics.pods[uid]
-        assert (pod["numa.0.memory_usage_bytes"], pod["numa.1.memory_usage_bytes"]) == (600 * PAGE, 700 * PAGE)
+        assert (pod["numa.0.memory_usage_bytes"], pod["numa.1.memory_usage_bytes"]) == (
+            600 * PAGE,
+            700 * PAGE,
+        )
 
 
 def test_without_such_rules_neither_fact_is_collected(tmp_path: Path) -> None:
@@ -184,3 +189,58 @@ def test_a_real_v1_cgroup_numa_stat_adds_up_to_the_kernels_total(tmp_path: Path)
         pod = snap.metrics.pods[tree.name]
         per_pod = [v for k, v in pod.items() if k.startswith("numa.") and k.endswith(".memory_usage_bytes")]
         assert len(per_pod) == len(snap.metrics.numa) and sum(per_pod) == kernel_total("") >= total
+
+
+def _reference_numa_stat(text: str | None, version: int, page_size: int) -> dict[int, int]:
+    """The plain reading the fast parser must agree with: split every line, take the first line of
+    each wanted name, sum its N<id>= tokens; a node missing from a line or malformed is left out."""
+    if text is None:
+        return {}
+    wanted = NUMA_LINES[version]
+    sep = "=" if version == 1 else " "
+    lines: dict[str, str] = {}
+    for line in text.split("\n"):
+        name, _, rest = line.partition(sep)
+        lines.setdefault(name, rest)
+    if any(name not in lines for name in wanted):
+        return {}
+    per_line = []
+    bad: set[int] = set()
+    for name in wanted:
+        values = {}
+        for token in lines[name].split():
+            node, eq, value = token.partition("=")
+            if eq and node[:1] == "N" and node[1:].isdigit():
+                if value.isdigit():
+                    values[int(node[1:])] = int(value)
+                else:
+                    bad.add(int(node[1:]))
+        per_line.append(values)
+    common = set.intersection(*(set(v) for v in per_line))
+    bad |= set.union(*(set(v) for v in per_line)) - common
+    unit = page_size if version == 1 else 1
+    return {nid: sum(v[nid] for v in per_line) * unit for nid in common if nid not in bad}
+
+
+_NAMES = st.sampled_from(
+    ["total", "file", "anon", "hierarchical_total", "hierarchical_file", "file_mapped", "kernel_stack", "x"]
+)
+_TOKENS = st.one_of(
+    st.builds(lambda n, v: f"N{n}={v}", st.integers(0, 3), st.integers(0, 10**6)),
+    st.sampled_from(["N1=", "N0=-3", "Nx=1", "X=2", "N2=abc"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=st.sampled_from([1, 2]),
+    lines=st.lists(st.tuples(_NAMES, st.lists(_TOKENS, max_size=4)), max_size=8),
+)
+def test_parse_numa_stat_agrees_with_a_plain_reading(
+    version: int, lines: list[tuple[str, list[str]]]
+) -> None:
+    """The parser finds its lines with str.find (it runs for every pod on its memory turn); whatever
+    the lines and their order, it must give what splitting every line gives."""
+    sep = "=" if version == 1 else " "
+    text = "".join(f"{name}{sep}{' '.join(tokens)}\n" for name, tokens in lines)
+    assert parse_numa_stat(text, version, PAGE) == _reference_numa_stat(text, version, PAGE)

@@ -267,7 +267,7 @@ CASES = [
         "bad knob expression",
         "classes:\n  - name: x\n    memory: {high: {expr: 'pod.requests.memory * factor'}}\n",
         "uses unknown name(s) factor",
-        "pod, container and node",
+        "pod, container, node and current",
         7,
         29,
     ),
@@ -759,3 +759,31 @@ def test_class_knob_literals_are_checked_like_set_cgroup_values(
     assert [p.location.path for p in problems if message in p.message] == [f"$.spec.classes[0].{where}"], [
         p.format() for p in problems
     ]
+
+
+@pytest.mark.parametrize(
+    ("knob", "where", "message"),
+    [
+        # koordinator cgroup2_test.go: ConvertCPUSharesToWeight("0") and ConvertCPUWeightToShares(0,
+        # 10001, -1) are errors; qosd used to clamp them and write weight 1 or shares 2 / 262144.
+        ("cpu: {shares: 0}", "cpu.shares", "cpu.shares 0 is outside the kernel's range [2, 262144]"),
+        ("cpu: {shares: 1}", "cpu.shares", "cpu.shares 1 is outside the kernel's range [2, 262144]"),
+        ("cpu: {shares: 262145}", "cpu.shares", "cpu.shares 262145 is outside the kernel's range"),
+        ("cpu: {weight: 0}", "cpu.weight", "cpu.weight 0 is outside the kernel's range [1, 10000]"),
+        ("cpu: {weight: 10001}", "cpu.weight", "cpu.weight 10001 is outside the kernel's range [1, 10000]"),
+        ("cpu: {weight: -1}", "cpu.weight", "cpu.weight -1 is outside the kernel's range [1, 10000]"),
+        ("cpu: {shares: 1024.5}", "cpu.shares", "cpu.shares 1024.5 is not a whole number"),
+    ],
+)
+def test_class_shares_and_weight_out_of_range_are_refused_not_clamped(
+    tmp_path: Path, knob: str, where: str, message: str
+) -> None:
+    problems = check(tmp_path, f"classes:\n  - name: be\n    {knob}\n")
+    assert [p.location.path for p in problems if message in p.message] == [f"$.spec.classes[0].{where}"], [
+        p.format() for p in problems
+    ]
+
+
+@pytest.mark.parametrize("knob", ["cpu: {shares: 2}", "cpu: {shares: 262144}", "cpu: {weight: 1}", "cpu: {weight: 10000}"])
+def test_class_shares_and_weight_at_the_bounds_validate(tmp_path: Path, knob: str) -> None:
+    assert check(tmp_path, f"classes:\n  - name: be\n    {knob}\n") == []

@@ -186,7 +186,7 @@ def markdown(rows: Sequence[dict[str, dict[str, Any]]], a: argparse.Namespace, c
         "(as root; cgroup v1 hierarchy)",
         "",
         f"Machine: {cpus} CPUs, kernel {platform.release()}, CPython {platform.python_version()}, "
-        f"{when}; shared with other sessions' tests and a fuzz run ({load}). Server: memcached "
+        f"{when}; {load} (the others' cores column is what the rest of the machine used). Server: memcached "
         f"(Debian, 2 threads) with an open-loop generator at {a.rate:g} gets/s on 4 connections "
         f"(latency from each request's due time); batch: `stress-ng --cpu {cpus} --cpu-method int64` "
         f"(bogo ops/s, wall clock). {a.duration:g} s measured per arm after {a.warmup:g} s warm-up, "

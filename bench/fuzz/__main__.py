@@ -63,8 +63,8 @@ def results_section(report: Report, command: str) -> str:
         "",
         f"{total} inputs in {report.elapsed / 60:.1f} min ({rate:.1f} inputs/s: 100,000 inputs take "
         f"{100000 / rate / 60 if rate else float('inf'):.0f} min here). Classes: bench/fuzz/oracle.py; "
-        "a hang is more than 5 s for one input; peak RSS is the worker's high-water mark while one "
-        "input ran (its baseline included).",
+        f"a hang is more than {report.hang_seconds:g} s for one input; peak RSS is the worker's "
+        "high-water mark while one input ran (its baseline included).",
         "",
         summary_table(report),
         "",

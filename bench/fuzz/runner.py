@@ -271,6 +271,7 @@ class Report:
     stats: dict[str, Stats]
     findings: list[Finding]
     worst: tuple[int, str, int, str]  # rss kB, surface, index, description
+    hang_seconds: float = HANG_SECONDS  # the run's limit, for the report's text
 
 
 class Fuzzer:
@@ -358,6 +359,7 @@ class Fuzzer:
             self.stats,
             sorted(self.findings.values(), key=lambda f: (f.surface, f.cls, f.signature)),
             (worst[0], worst[1], worst[2], desc),
+            self.hang_seconds,
         )
 
     def _receive(self, pool: Pool, slot: Slot) -> None:

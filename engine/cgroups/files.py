@@ -44,7 +44,9 @@ from engine.cgroups.weight import (
     WEIGHT_MIN,
     WeightFormula,
     clamp_shares,
+    shares_problem,
     shares_to_weight,
+    weight_problem,
     weight_to_shares,
 )
 from engine.model.node import NodeInfo
@@ -449,11 +451,9 @@ def _host_values(
         return [("cpu.max", f"{quota_text} {text}")]
     if file == "cpu.shares":
         shares = int_or_none(text)
-        if shares is None or shares < 0:
-            raise TranslationError(
-                f"cpu.shares {value!r} is not a non-negative integer; cannot convert it to cpu.weight "
-                "for this cgroup v2 node"
-            )
+        bad = f"cpu.shares {value!r} is not an integer" if shares is None else shares_problem(shares)
+        if bad or shares is None:
+            raise TranslationError(f"{bad}; cannot convert it to cpu.weight for this cgroup v2 node")
         return [("cpu.weight", str(shares_to_weight(shares, formula)))]
     if file == "memory.limit_in_bytes":
         return [("memory.max", V2_UNLIMITED if text == V1_UNLIMITED else text)]
@@ -482,7 +482,9 @@ def from_host(
             return f"{V2_UNLIMITED if q is not None and q < 0 else raw[0]} {raw[1]}"
         if file == "cpu.weight":
             shares = int_or_none(raw[0])
-            return raw[0] if shares is None else str(shares_to_weight(shares, formula))
+            if shares is None or shares_problem(shares):
+                return raw[0]  # not a value the kernel holds: passed through for the planner to see
+            return str(shares_to_weight(shares, formula))
         return _plain(file, raw[0])
     if file in CPU_MAX_PARTS:
         fields = raw[0].split()
@@ -491,7 +493,9 @@ def from_host(
         return fields[1] if len(fields) > 1 else ""
     if file == "cpu.shares":
         weight = int_or_none(raw[0])
-        return raw[0] if weight is None else str(weight_to_shares(weight, formula))
+        if weight is None or weight_problem(weight):
+            return raw[0]
+        return str(weight_to_shares(weight, formula))
     return _plain(file, raw[0])
 
 

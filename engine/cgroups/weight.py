@@ -33,8 +33,33 @@ def _clamp(value: int, lo: int, hi: int) -> int:
     return min(max(value, lo), hi)
 
 
+class OutOfRange(ValueError):
+    """A share count or weight the kernel does not accept, given to a conversion.
+
+    Koordinator refuses such input (ConvertCPUSharesToWeight, ConvertCPUWeightToShares) rather than
+    writing the nearest bound, and so does qosd: shares 0 or a weight of 10001 is a mistake in a rule
+    or a computation, and clamping it to 2 or 262144 would write a very different CPU share than the
+    one asked for. Validation refuses literal values (located); the planner refuses computed ones
+    (reported, the other writes still go ahead)."""
+
+
+def shares_problem(shares: int) -> str | None:
+    """Why a cpu.shares value cannot be written or converted, or None when it can."""
+    if SHARES_MIN <= shares <= SHARES_MAX:
+        return None
+    return f"cpu.shares {shares} is outside the kernel's range [{SHARES_MIN}, {SHARES_MAX}]"
+
+
+def weight_problem(weight: int) -> str | None:
+    """Why a cpu.weight value cannot be written or converted, or None when it can."""
+    if WEIGHT_MIN <= weight <= WEIGHT_MAX:
+        return None
+    return f"cpu.weight {weight} is outside the kernel's range [{WEIGHT_MIN}, {WEIGHT_MAX}]"
+
+
 def clamp_shares(shares: int) -> int:
-    """A share count as the kernel stores it: a cpu.shares write is clamped to [2, 262144]."""
+    """A share count as the kernel stores it: a cpu.shares write is clamped to [2, 262144]. Used to
+    compare what a file holds with what is wanted, never to make up a value to write."""
     return _clamp(shares, SHARES_MIN, SHARES_MAX)
 
 
@@ -61,12 +86,14 @@ def shares_to_weight(shares: int, formula: WeightFormula | None = None) -> int:
       >= 1.3.2 and crun >= 1.23. A quadratic in log space through the three fixed points
       2 -> 1, 1024 -> 100 and 262144 -> 10000, so defaults map to defaults.
 
-    Shares outside [2, 262144] are clamped first, as the kernel clamps a cpu.shares write, so both
-    formulas are total and monotonic. (Koordinator rejects such input and runc maps 0 to "unset";
-    qosd has no "unset" weight to write.) The quadratic one uses floating point like runc does; it
-    hits the fixed points exactly in IEEE doubles.
+    Shares outside [2, 262144] raise :class:`OutOfRange`, as in Koordinator (runc maps 0 to
+    "unset"; qosd has no "unset" weight to write, and writing the nearest bound would be a different
+    share than the one asked for). Both formulas are monotonic on the range. The quadratic one uses
+    floating point like runc does; it hits the fixed points exactly in IEEE doubles.
     """
-    shares = _clamp(shares, SHARES_MIN, SHARES_MAX)
+    bad = shares_problem(shares)
+    if bad:
+        raise OutOfRange(f"{bad}; it has no cpu.weight")
     chosen = DEFAULT_WEIGHT_FORMULA if formula is None else formula
     if chosen == "linear":
         return _clamp(1 + ((shares - 2) * 9999) // 262142, WEIGHT_MIN, WEIGHT_MAX)
@@ -78,7 +105,7 @@ def shares_to_weight(shares: int, formula: WeightFormula | None = None) -> int:
 def weight_to_shares(weight: int, formula: WeightFormula | None = None) -> int:
     """cgroup v2 cpu.weight back as cgroup v1 cpu.shares, for reading a v2 node in v1 units.
 
-    Weights outside [1, 10000] are clamped first. Neither inverse undoes every rounding, because both
+    Weights outside [1, 10000] raise :class:`OutOfRange`. Neither inverse undoes every rounding, because both
     forward formulas map many share values onto one weight:
 
     - ``"linear"``: the kubelet's inverse ``(weight - 1) * 262142 // 9999 + 2``, clamped to
@@ -91,7 +118,9 @@ def weight_to_shares(weight: int, formula: WeightFormula | None = None) -> int:
       against the forward formula absorbs floating-point error. shares -> weight -> shares is lossy:
       1000 shares -> weight 99 -> 1011 shares.
     """
-    weight = _clamp(weight, WEIGHT_MIN, WEIGHT_MAX)
+    bad = weight_problem(weight)
+    if bad:
+        raise OutOfRange(f"{bad}; it has no cpu.shares")
     chosen = DEFAULT_WEIGHT_FORMULA if formula is None else formula
     if chosen == "linear":
         return _clamp((weight - 1) * 262142 // 9999 + 2, SHARES_MIN, SHARES_MAX)

@@ -18,6 +18,7 @@ from engine.config.schema_check import schema_problems
 from engine.model.factnames import registry
 from engine.model.node import NodeInfo, node_from_kube, node_from_snapshot
 from engine.resources import load_schema
+from engine.sources.facts_check import with_numbers
 from engine.sources.localnode import read_local_node
 
 EXIT_OK, EXIT_INVALID = 0, 1
@@ -60,20 +61,29 @@ def _node_from_document(doc: Document) -> NodeInfo:
     problems = schema_problems(snapshot, locate, "facts")
     if problems:
         raise PolicyError(problems)
-    return node_from_snapshot(snapshot["node"])
+    return node_from_snapshot(with_numbers(snapshot)["node"])
 
 
-def _print_problems(problems: Sequence[Problem], output: str, summary: str) -> None:
+def _print_problems(
+    problems: Sequence[Problem], output: str, summary: str, notes: Sequence[Problem] = ()
+) -> None:
     if output == "json":
         print(
             json.dumps(
-                {"valid": not problems, "summary": summary, "problems": [p.to_dict() for p in problems]},
+                {
+                    "valid": not problems,
+                    "summary": summary,
+                    "problems": [p.to_dict() for p in problems],
+                    "notes": [n.to_dict() for n in notes],
+                },
                 indent=2,
             )
         )
         return
     for p in problems:
         print(p.format())
+    for n in notes:
+        print(n.format().replace(": error: ", ": note: ", 1))
     print(summary)
 
 
@@ -82,14 +92,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     node = (
         load_node(args.node, args.profile, args.label) if (args.node or args.profile or args.label) else None
     )
-    problems = validate(docs, node)
+    notes: list[Problem] = []
+    problems = validate(docs, node, notes)
     files = {d.source for d in docs}
     n = len(problems)
     if problems:
         summary = f"{n} problem{'s' if n != 1 else ''} in {len(docs)} document(s) from {len(files)} file(s)"
     else:
         summary = f"valid: {len(docs)} document(s) from {len(files)} file(s)"
-    _print_problems(problems, args.output, summary)
+    _print_problems(problems, args.output, summary, notes)
     return EXIT_INVALID if problems else EXIT_OK
 
 

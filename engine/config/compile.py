@@ -39,6 +39,7 @@ from engine.features.class_knobs import spec as set_cgroup_spec
 from engine.features.class_knobs.knob_check import check_knob
 from engine.features.class_knobs.knobs import compile_knob
 from engine.features.class_knobs.spec import ClassCpu, ClassMemory, check_class_knobs
+from engine.features.cpu_burst.spec import compile_section as compile_cfs_quota_burst
 from engine.features.eviction import spec as eviction_spec
 from engine.features.eviction.pressure_spec import compile_pressure
 from engine.features.memory_qos import spec as memory_guard_spec
@@ -157,8 +158,10 @@ class _Checker:
             self.add(path, str(exc))
             return default
 
-    def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
-        check_knob(self, path, knob, file, pods)
+    def knob(
+        self, path: JsonPath, knob: Any, file: str | None, pods: bool, *, containers: bool = False
+    ) -> None:
+        check_knob(self, path, knob, file, pods, containers=containers)
 
     def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
         return _check_cgroup_value(self, path, file, knob)
@@ -180,6 +183,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
     check_pools(c, pools)
     reclaim = compile_reclaim(c, spec.get("reclaim") or {})
     pressure = compile_pressure(c, spec.get("pressure") or {})
+    cfs_quota_burst = compile_cfs_quota_burst(c, spec.get("cfsQuotaBurst") or {})
     mode = str(spec.get("mode", "enforce"))
     rules = [_compile_rule(c, i, raw, mode) for i, raw in enumerate(spec.get("rules", []))]
     memory_guard_spec.check_one_reclaim_root(
@@ -214,6 +218,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
         origin_tree=MappingProxyType(dict(merged.origins)),
         pressure=pressure,
         weight_formula=(spec.get("cgroup") or {}).get("weightFormula"),
+        cfs_quota_burst=cfs_quota_burst,
     )
 
 
@@ -449,6 +454,17 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         )
     if clear is not None and when is None:
         c.add((*base, "clearWhen"), "clearWhen needs a when: it says when a fired rule stops")
+    samples = raw.get("samples")
+    if samples is not None and "for" in raw:
+        c.add(
+            (*base, "samples"),
+            "a rule takes either for or samples, not both",
+            "for needs the condition to hold without a break for a duration (one false tick starts "
+            "it again); samples counts ticks that met it and only resets after `clear` samples in a "
+            "row that did not",
+        )
+    if samples is not None and when is None:
+        c.add((*base, "samples"), "samples needs a when: it counts the ticks that meet it")
     actions_raw = raw.get("then")
     action_list = actions_raw if isinstance(actions_raw, list) else [actions_raw]
     actions: list[Action] = []
@@ -493,6 +509,7 @@ def _compile_rule(c: _Checker, i: int, raw: dict[str, Any], policy_mode: str) ->
         actions=tuple(actions),
         scope=scope_of(when) if len(scopes) <= 1 else "node",
         origin=c.loc(base),
+        samples=(int(samples["fire"]), int(samples["clear"])) if samples is not None else None,
     )
 
 
@@ -533,6 +550,8 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> st
     so that it cannot fail every tick at write time. The text checked is the text written: the knob
     compiled as the tick compiles it. Percents and expressions depend on the pod and are computed at
     tick time. Returns the text when it is valid."""
+    if isinstance(knob, dict) and "sum" in knob:
+        return None  # the sum of the containers' values, each checked where it is given
     if isinstance(knob, dict) and ("percent" in knob or "expr" in knob):
         fmt = VALUE_FORMATS.get(file)
         if "percent" in knob and fmt is not None and not fmt.amount:

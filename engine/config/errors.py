@@ -135,8 +135,11 @@ class Checker(Protocol):
     def duration(self, path: JsonPath, value: Any, default: float | None = None) -> float | None:
         """Seconds of the duration ``value``; ``default`` when absent or not one (then reported)."""
 
-    def knob(self, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
-        """Report an expression knob that cannot parse, reads unknown names, or can only fail."""
+    def knob(
+        self, path: JsonPath, knob: Any, file: str | None, pods: bool, *, containers: bool = False
+    ) -> None:
+        """Report an expression knob that cannot parse, reads unknown names, or can only fail
+        (``containers``: it is evaluated for each app container's own cgroup)."""
 
     def cgroup_value(self, path: JsonPath, file: str, knob: Any) -> str | None:
         """A literal knob's text if ``file`` accepts it (else reported); None for computed knobs."""

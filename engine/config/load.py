@@ -51,6 +51,10 @@ class Layer(IntEnum):
     BUILTIN = 0
     FILE = 1
     CR = 2
+    # RuleTest inline overlays (engine/ruletest), located in the suite file: a suite's overrides
+    # whatever its policy loads, as a test's own setting must, and a case's overrides its suite's.
+    TEST = 3
+    TEST_CASE = 4
 
 
 def _core_schema_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:

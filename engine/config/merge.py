@@ -2,8 +2,9 @@
 
 Order: built-in defaults < files < custom resources; within a layer, lower spec.priority first, then
 name. Named entries (classes, enhancements, pools, rules) merge by name with field-level overlay:
-mappings merge key by key, lists and scalars replace. ``enabled: false`` takes an inherited entry out
-of the effective policy but keeps its fields, so a later ``enabled: true`` switches it back on as it was.
+mappings merge key by key, lists and scalars replace, and ``unset`` removes inherited fields.
+``enabled: false`` takes an inherited entry out of the effective policy but keeps its fields, so a
+later ``enabled: true`` switches it back on as it was.
 Two documents of one layer with equal priority that can apply to the same node must not set the same
 field to different values: no order between them would be honest, so that is an error.
 """
@@ -12,14 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from engine.config.errors import Location, Problem, short
 from engine.config.load import Document, JsonPath, Layer
+from engine.config.schema_check import did_you_mean
 from engine.config.selector import may_overlap
+from engine.config.unset import DEFINITIONS as SECTION_DEFINITIONS
+from engine.config.unset import UNSET, policy_schema, unset_paths
 
 NAMED_SECTIONS = ("classes", "enhancements", "pools", "rules")
-SINGLE_SECTIONS = ("reclaim", "pressure", "cgroup")
+SINGLE_SECTIONS = ("reclaim", "pressure", "cgroup", "cfsQuotaBurst")
 SPEC_SCALARS = ("mode", "defaultClass")
 DOC_ONLY = ("priority", "nodeSelector")
 
@@ -65,12 +70,31 @@ class _Entry:
 
 
 @dataclass(frozen=True)
+class Unanchored:
+    """A patch with nothing to patch on this node: an entry that lacks a field every complete entry
+    has (a rule without ``then``) and that no document applying here defines. It is left out of the
+    node's policy; ``qosd validate`` refuses it only if it patches nothing on every node variant."""
+
+    section: str
+    name: str
+    location: Location  # where the patch names the entry
+    missing: tuple[str, ...]
+    documents: tuple[str, ...]  # names of the documents that patch it
+    hint: str = ""  # a defined entry of a close name
+
+    def describe(self) -> str:
+        what = {"classes": "class", "enhancements": "enhancement", "pools": "pool", "rules": "rule"}
+        return f"{what[self.section]} {self.name!r}"
+
+
+@dataclass(frozen=True)
 class Merged:
     """The effective spec for one node and the location that defined each part of it."""
 
     spec: dict[str, Any]
     origins: Mapping[JsonPath, Location]
     documents: tuple[Rendered, ...]
+    unanchored: tuple[Unanchored, ...] = ()
 
     def locate(self, path: JsonPath) -> Location:
         """Where the value at ``path`` (relative to ``spec``) was defined; nearest ancestor if needed."""
@@ -115,7 +139,7 @@ def _copy(value: Any) -> Any:
 
 
 UNION_KEYS = frozenset({"when", "clearWhen", "from", "cpus", "target"})
-KNOB_PARENTS = frozenset({"cpu", "memory", "values"})
+KNOB_PARENTS = frozenset({"cpu", "memory", "values", "containers"})
 
 
 def atomic(path: JsonPath, current: Any, value: Any) -> bool:
@@ -135,7 +159,13 @@ def atomic(path: JsonPath, current: Any, value: Any) -> bool:
 
 
 def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, rel: JsonPath = ()) -> None:
-    """Field-level overlay of ``over`` onto ``entry.data`` at ``rel``; lists, scalars and unions replace."""
+    """Field-level overlay of ``over`` onto ``entry.data`` at ``rel``; lists, scalars and unions replace.
+    At the entry's top, its ``unset`` paths are removed first (engine/config/unset.py)."""
+    if not rel and UNSET in over:
+        for parts in unset_paths(entry.data, [str(p) for p in over[UNSET] or ()]):
+            for old in [p for p in entry.origins if p[: len(parts)] == parts]:
+                del entry.origins[old]
+        over = {k: v for k, v in over.items() if k != UNSET}
     target: Any = entry.data
     for k in rel:
         target = target[k]
@@ -154,7 +184,10 @@ def _overlay(entry: _Entry, over: dict[str, Any], r: Rendered, base: JsonPath, r
 
 
 def _new_entry(value: dict[str, Any], r: Rendered, base: JsonPath) -> _Entry:
-    return _Entry(_copy(value), dict(_origins_of(r, base, value)), [r.doc.name])
+    """A first definition; its ``unset`` has nothing below it to remove."""
+    data = {k: _copy(v) for k, v in value.items() if k != UNSET}
+    origins = {p: loc for p, loc in _origins_of(r, base, value) if p[:1] != (UNSET,)}
+    return _Entry(data, origins, [r.doc.name])
 
 
 def merge(rendered: list[Rendered]) -> Merged:
@@ -226,9 +259,24 @@ def _assemble(
         spec[section] = entry.data
         for rel, loc in entry.origins.items():
             origins[(section, *rel)] = loc
+    unanchored: list[Unanchored] = []
     for section in NAMED_SECTIONS:
         table = named[section]
-        live = [e for e in table.values() if e.data.get("enabled", True) is not False]
+        live = []
+        for e in table.values():
+            if e.data.get("enabled", True) is False:
+                continue
+            missing = tuple(f for f in entry_required(section) if f not in e.data)
+            if missing:
+                at = e.origins.get(("name",)) or e.origins.get(()) or Location("<merged policy>")
+                where = Location(at.source, at.line, at.column)  # a position; its path is the document's
+                name = str(e.data.get("name"))
+                defined = [str(x.data.get("name")) for x in table.values() if x is not e]
+                unanchored.append(
+                    Unanchored(section, name, where, missing, tuple(e.docs), did_you_mean(name, defined))
+                )
+                continue
+            live.append(e)
         if not live:
             continue
         spec[section] = []
@@ -237,7 +285,15 @@ def _assemble(
             for rel, loc in entry.origins.items():
                 if rel[:1] != ("enabled",):
                     origins[(section, i, *rel)] = loc
-    return Merged(spec, origins, docs)
+    return Merged(spec, origins, docs, tuple(unanchored))
+
+
+@cache
+def entry_required(section: str) -> tuple[str, ...]:
+    """Fields besides ``name`` the schema requires of a complete entry of ``section``: an entry
+    without one of them can only patch an entry some other document defines."""
+    definition = policy_schema()["$defs"][SECTION_DEFINITIONS[section]]
+    return tuple(f for f in definition.get("required", ()) if f != "name")
 
 
 # ---------------------------------------------------------------- equal-priority conflicts

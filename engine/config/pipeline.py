@@ -28,11 +28,12 @@ from engine.config.load import (
     read_file,
     too_deep,
 )
-from engine.config.merge import Merged, Rendered, conflicts, merge
+from engine.config.merge import Merged, Rendered, Unanchored, conflicts, merge
 from engine.config.policy import Policy
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
 from engine.config.selector import matches
+from engine.config.unset import has_unset, unset_problems
 from engine.model.node import NodeInfo
 from engine.resources import API_VERSION, bundled_policy_files, data_dir
 
@@ -168,9 +169,12 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
         return None, problems
     gaps: list[str] = []
     problems.extend(schema_problems(data, doc.locate, partial=gaps))
+    if not problems:
+        problems.extend(unset_problems(data.get("spec") or {}, doc.locate))
     if problems:
         return None, problems
-    rendered = Rendered(doc, data, incomplete=bool(gaps))
+    # A document that unsets fields may leave the merged spec without one it requires: check it whole.
+    rendered = Rendered(doc, data, incomplete=bool(gaps) or has_unset(data.get("spec") or {}))
     problems.extend(document_problems(rendered))
     return (rendered if not problems else None), problems
 
@@ -190,12 +194,15 @@ def _has_template(value: Any) -> bool:
 
 
 def build_policy(docs: list[Document], node: NodeInfo) -> Policy:
-    """The policy generation for ``node``; raises PolicyError with every problem found."""
+    """The policy generation for ``node``; raises PolicyError with every problem found.
+
+    A patch with nothing to patch on this node (merge.Unanchored: a rule overlay without ``then``
+    whose rule only the other profile defines) is left out: it applies where the entry exists."""
     with gc_paused():
-        return _build_policy(docs, node)
+        return _build_policy(docs, node)[0]
 
 
-def _build_policy(docs: list[Document], node: NodeInfo) -> Policy:
+def _build_policy(docs: list[Document], node: NodeInfo) -> tuple[Policy, tuple[Unanchored, ...]]:
     problems: list[Problem] = []
     rendered: list[Rendered] = []
     for doc in docs:
@@ -221,7 +228,8 @@ def _build_policy(docs: list[Document], node: NodeInfo) -> Policy:
                 )
             ]
         )
-    return compile_merged(merge(rendered), node)
+    merged = merge(rendered)
+    return compile_merged(merged, node), merged.unanchored
 
 
 def compile_merged(merged: Merged, node: NodeInfo) -> Policy:
@@ -292,18 +300,24 @@ def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[s
     return variants or [dict(base)]
 
 
-def validate(docs: list[Document], node: NodeInfo | None = None) -> list[Problem]:
+def validate(
+    docs: list[Document], node: NodeInfo | None = None, notes: list[Problem] | None = None
+) -> list[Problem]:
     """Every problem in ``docs``: per document, and for each node variant their selectors distinguish.
 
     Without a node, templates render against REFERENCE_NODE (16 CPUs, 2 sockets, 2 NUMA, 64 GiB) with
     the variant's labels. If the selectors distinguish more than MAX_VARIANTS label sets, each
     document is checked on a node its own selector selects, together with whatever else applies there.
+
+    A patch (an entry without a field complete entries need) that patches nothing on every variant
+    its document applies to is a problem; one that patches nothing on some variants only is a note
+    (appended to ``notes`` when given) naming those variants, since it does its work elsewhere.
     """
     with gc_paused():
-        return _validate(docs, node)
+        return _validate(docs, node, notes)
 
 
-def _validate(docs: list[Document], node: NodeInfo | None) -> list[Problem]:
+def _validate(docs: list[Document], node: NodeInfo | None, notes: list[Problem] | None) -> list[Problem]:
     base_node = node or REFERENCE_NODE
     problems: list[Problem] = []
     rendered_all: list[Rendered] = []
@@ -324,6 +338,7 @@ def _validate(docs: list[Document], node: NodeInfo | None) -> list[Problem]:
     if not variants:
         variants = [dict(base_node.labels)] + [_satisfying(d, base_node.labels) for d in docs]
     seen: set[tuple[int, ...]] = set()
+    patches = _Patches(docs)
     for labels in variants:
         applicable = tuple(i for i, d in enumerate(docs) if applies_to(d, labels))
         if applicable in seen or not applicable:
@@ -331,10 +346,79 @@ def _validate(docs: list[Document], node: NodeInfo | None) -> list[Problem]:
         seen.add(applicable)
         variant_node = base_node.with_labels(labels) if node is None else node
         try:
-            build_policy([docs[i] for i in applicable], variant_node)
+            with gc_paused():
+                _, unanchored = _build_policy([docs[i] for i in applicable], variant_node)
         except PolicyError as exc:
             problems.extend(exc.problems)
+            continue
+        patches.record(labels, applicable, unanchored)
+    found, noted = patches.judge(single_node=node is not None)
+    problems.extend(found)
+    if notes is not None:
+        notes.extend(noted)
     return _unique(problems)
+
+
+class _Patches:
+    """Where each patch found something to patch, across validate's node variants."""
+
+    def __init__(self, docs: list[Document]):
+        self.docs = docs
+        self.keys = sorted({k for d in docs for k in _selector_keys(d)})
+        self.missed: dict[Location, tuple[Unanchored, list[str]]] = {}
+        self.seen: list[tuple[set[str], set[Location]]] = []
+
+    def record(
+        self, labels: Mapping[str, str], applicable: tuple[int, ...], unanchored: tuple[Unanchored, ...]
+    ) -> None:
+        names = {self.docs[i].name for i in applicable}
+        self.seen.append((names, {u.location for u in unanchored}))
+        for u in unanchored:
+            self.missed.setdefault(u.location, (u, []))[1].append(self._variant(labels))
+
+    def _variant(self, labels: Mapping[str, str]) -> str:
+        parts = [f"{k}={labels[k]}" if k in labels else f"no {k} label" for k in self.keys]
+        return "nodes with " + ", ".join(parts) if parts else "every node"
+
+    def judge(self, single_node: bool) -> tuple[list[Problem], list[Problem]]:
+        problems: list[Problem] = []
+        notes: list[Problem] = []
+        for where, (u, variants) in self.missed.items():
+            anchored = any(set(u.documents) & names and where not in missed for names, missed in self.seen)
+            fields = " and ".join(f"`{f}`" for f in u.missing)
+            if anchored or single_node:
+                notes.append(
+                    Problem(
+                        where,
+                        f"{u.describe()} patches nothing on {'; '.join(variants)}: no document there "
+                        "defines it, so this patch is left out there",
+                        "a partial entry applies only where a lower layer defines the entry; give the "
+                        "document a nodeSelector to say so explicitly",
+                    )
+                )
+                continue
+            problems.append(
+                Problem(
+                    where,
+                    f"{u.describe()} has no {fields}, and no document defines a complete "
+                    f"{u.describe().split()[0]} of that name on any node this document applies to",
+                    u.hint
+                    or f"define it here with {fields}, or name an entry a lower layer defines "
+                    "(a partial entry only patches one)",
+                )
+            )
+        return problems, notes
+
+
+def _selector_keys(doc: Document) -> list[str]:
+    sel = _selector(doc)
+    if not isinstance(sel, dict):
+        return []
+    keys = list(sel.get("matchLabels") or {}) if isinstance(sel.get("matchLabels"), dict) else []
+    for expr in sel.get("matchExpressions") or [] if isinstance(sel.get("matchExpressions"), list) else []:
+        if isinstance(expr, dict) and isinstance(expr.get("key"), str):
+            keys.append(expr["key"])
+    return [str(k) for k in keys]
 
 
 def _satisfying(doc: Document, base: Mapping[str, str]) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from engine.cgroups.weight import WeightFormula
 from engine.config.errors import Location
 from engine.config.load import JsonPath, json_path
+from engine.features.cpu_burst.spec import CfsQuotaBurstSpec
 from engine.features.eviction.pressure_spec import Pressure
 from engine.features.pools.spec import Pool
 from engine.features.reclaim.spec import Reclaim
@@ -243,6 +244,7 @@ class Rule:
     actions: tuple[Action, ...]
     scope: str
     origin: Location
+    samples: tuple[int, int] | None = None  # (fire, clear): a count trigger instead of ``for``
 
 
 @dataclass(frozen=True)
@@ -275,6 +277,8 @@ class Policy:
     pressure: Pressure = field(default_factory=Pressure)
     # spec.cgroup.weightFormula: how cpu.shares become cpu.weight; None: the default formula.
     weight_formula: WeightFormula | None = None
+    # spec.cfsQuotaBurst when enabled: Koordinator's CFS quota burst (engine/features/cpu_burst).
+    cfs_quota_burst: CfsQuotaBurstSpec | None = None
     class_index: Mapping[str, QoSClass] = field(default_factory=lambda: EMPTY, compare=False, init=False)
     enhancement_index: Mapping[str, Enhancement] = field(
         default_factory=lambda: EMPTY, compare=False, init=False

@@ -26,8 +26,9 @@ Locator = Callable[[JsonPath, bool], Location]
 Parser = Callable[[Any], float]
 
 # definition name -> (what it types: the value itself or an object's keys, the parser with bounds)
-UNIT_DEFS: Mapping[str, tuple[Literal["value", "keys"], Parser]] = {
+UNIT_DEFS: Mapping[str, tuple[Literal["value", "keys", "text"], Parser]] = {
     "quantity": ("value", parse_quantity),
+    "quantityText": ("text", parse_quantity),  # facts: the string form of a metric (numbers stay as they are)
     "duration": ("value", duration_seconds),
     "offset": ("value", duration_seconds),  # trace: time since the start, seconds or a duration
     "windowValues": ("keys", parse_duration),
@@ -93,7 +94,9 @@ def _walk(
         unit = UNIT_DEFS.get(name)
         if unit is not None:
             yield from _units(unit, data, path)
-        elif ref not in refs:  # a definition reached again without moving into the data is a loop
+        # Keys typed as units may have typed values too; a definition reached again without moving
+        # into the data is a loop.
+        if (unit is None or unit[0] == "keys") and ref not in refs:
             yield from _walk(target_doc, body, data, path, refs | {ref})
     for keyword in ("oneOf", "anyOf", "allOf"):
         for branch in node.get(keyword) or ():
@@ -115,10 +118,13 @@ def _walk(
 
 
 def _units(
-    unit: tuple[Literal["value", "keys"], Parser], data: Any, path: JsonPath
+    unit: tuple[Literal["value", "keys", "text"], Parser], data: Any, path: JsonPath
 ) -> Iterator[tuple[JsonPath, bool, Parser, Any]]:
     what, parse = unit
-    if what == "keys":
+    if what == "text":
+        if isinstance(data, str):
+            yield path, False, parse, data
+    elif what == "keys":
         if isinstance(data, dict):
             for key in data:
                 yield (*path, key), True, parse, str(key)

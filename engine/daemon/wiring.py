@@ -38,9 +38,11 @@ from engine.tick import TickResult
 # file qosd manages is re-read at least every OBSERVE_SECONDS (staggered over the ticks) and reported
 # as last read or last written in between, so a value changed behind qosd's back is corrected within
 # that bound; Koordinator's executor trusts its own last write for 60 s (ResourceForceUpdateSeconds).
-# Per-cgroup memory.stat is re-read every MEMORY_SECONDS; CPU counters and node files every tick.
+# Per-cgroup memory.stat is re-read every MEMORY_SECONDS, a pod's memory.numa_stat (only for a
+# numaScoped evict) every NUMA_SECONDS; CPU counters and node files every tick.
 OBSERVE_SECONDS = 10.0
 MEMORY_SECONDS = 10.0
+NUMA_SECONDS = 30.0
 REREAD_AFTER = frozenset({"failed", "vanished", "unchanged"})
 
 
@@ -50,6 +52,7 @@ def daemon_options(interval: float) -> CollectorOptions:
         interval=interval,
         observe_every=max(1, round(OBSERVE_SECONDS / interval)),
         memory_every=max(1, round(MEMORY_SECONDS / interval)),
+        numa_every=max(1, round(NUMA_SECONDS / max(MEMORY_SECONDS, interval))),
     )
 
 

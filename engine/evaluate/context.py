@@ -11,14 +11,16 @@ cannot reach another's step or the engine's caches.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier
 from engine.evaluate.factview import FactViews, MembersIndex
-from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState
+from engine.evaluate.state import NO_PRESSURE, Evicting, PressureState, item_key
+from engine.features.class_knobs.current import knob_key, read_current
+from engine.features.cpu_burst.limiter import Bucket
 from engine.features.eviction.strategy import Round
 from engine.features.pools.strategy import PoolPlan
 from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
@@ -66,6 +68,17 @@ class Tick:
     pressure_inputs: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # "numa:<id>"/"node" -> terms
     published: Published = NOTHING_PUBLISHED  # the node update gate's memory, stepped after the rules
     oom_priorities: tuple[PodOomPriority, ...] = ()  # each active pod's OOM priority (class knobs)
+    burst: dict[str, Bucket] = field(default_factory=dict)  # container -> CFS quota burst token bucket
+    last_values: Mapping[str, str] = field(default_factory=dict)  # knob values of the state (current.py)
+    knob_values: dict[str, str] = field(default_factory=dict)  # this tick's, of knobs that read current
+
+    def current(self, snap: Snapshot, path: str, file: str) -> float | None:
+        """``file``'s current value for a knob that reads it (engine/features/class_knobs/current.py)."""
+        return read_current(snap, self.last_values, path, file)
+
+    def remember(self, path: str, file: str, text: str) -> None:
+        """Keep the text a knob that reads ``current`` computed, for the next tick's fallback."""
+        self.knob_values[knob_key(path, file)] = text
 
 
 class Step(Protocol):
@@ -103,6 +116,8 @@ class ActionContext:
     classes: Mapping[str, Any]
     matched: list[Match]
     tick: Tick
+    # a ``samples`` rule's counts this tick: rule|item -> (samples met, samples toward clearing)
+    counts: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -121,6 +136,11 @@ class ActionContext:
         """Why: the rule, the generation, its source, the conditions as observed, the computation."""
         rule = self.rule.rule
         env = self.env
+        if rule.samples is not None:
+            met, toward = self.counts.get(item_key(rule.name, item), (0, 0))
+            fire, clear = rule.samples
+            counted = {"met": met, "fire": fire, "towardClear": toward, "clear": clear}
+            inputs = {"samples": counted, **(inputs or {})}
         return Provenance(
             rule=rule.name,
             policy_hash=env.policy.hash,
@@ -132,9 +152,18 @@ class ActionContext:
             inputs=MappingProxyType(dict(inputs or {})),
         )
 
-    def first_provenance(self, inputs: Mapping[str, Any] | None = None) -> Provenance:
+    def node_provenance(self, inputs: Mapping[str, Any] | None = None) -> Provenance:
+        """Why a node-level action acted. It acts once per tick whatever the rule's scope, so its record
+        names every item whose condition held (``items``: each NUMA node of a NUMA-scoped rule), with
+        the first one's conditions as the example; one NUMA node per tick was reported before."""
         key, facts, _, latched = self.matched[0]
-        return self.provenance(key, facts, latched, inputs)
+        items = tuple(str(k) for k, *_ in self.matched if k is not None)
+        return replace(self.provenance(key, facts, latched, inputs), items=items)
+
+    @property
+    def newly_matched(self) -> bool:
+        """Some item's condition holds for the first time (it was not latched): an Event is due."""
+        return not all(latched for *_, latched in self.matched)
 
     def skip(self, reason: str) -> None:
         self.tick.skipped.append(Skipped(self.name, reason))

@@ -18,7 +18,9 @@ from engine.evaluate.classify import Classifier
 from engine.evaluate.context import Generation, Skipped, Step, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, MembersIndex, same_workloads
 from engine.evaluate.state import EngineState, Evicting
+from engine.features.class_knobs.current import carry_over
 from engine.features.class_knobs.step import ClassKnobStep, PodOomPriority
+from engine.features.cpu_burst.step import CfsQuotaBurstStep
 from engine.features.eviction.step import PressureStep
 from engine.features.pools.step import PoolStep
 from engine.features.pools.strategy import PoolPlan
@@ -82,6 +84,7 @@ class Engine:
         self.pressure_step = PressureStep(policy, self.classifier)
         self.resctrl_step = ResctrlStep(policy, self.classifier, generation)
         self.class_knob_step = ClassKnobStep(policy, self.classifier, generation)
+        self.burst_step = CfsQuotaBurstStep(policy, policy.cfs_quota_burst, self.classifier, generation)
         self.members = MembersIndex(self.classifier)
         env = Generation(
             policy=policy,
@@ -95,13 +98,15 @@ class Engine:
         self.rule_step = RuleStep(policy, env, backend)
         # The one declared order. Before the rules: the pool plan, then the pressure counters (their
         # facts are what the memory pressure rules test). After the rules: the pools' cpusets and the
-        # publish gate, the class knobs (a rule's setCgroup of the same file wins over both), and the
-        # resctrl groups of the whole tick planned against the CLOSIDs at once.
+        # publish gate, the class knobs (a rule's setCgroup of the same file wins over both), the CFS
+        # quota burst of the classes that burst, and the resctrl groups of the whole tick planned
+        # against the CLOSIDs at once.
         self.steps: tuple[Step, ...] = (
             self.pool_step,
             self.pressure_step,
             PublishGateStep(policy.reclaim.update),
             self.class_knob_step,
+            self.burst_step,
             self.resctrl_step,
         )
 
@@ -126,6 +131,8 @@ class Engine:
             reports=dict(state.reports),
             pressure=state.pressure,
             published=state.published,
+            burst=dict(state.burst),
+            last_values=state.knob_values,
             evicting={
                 uid: rec
                 for uid, rec in state.evicting.items()
@@ -147,6 +154,9 @@ class Engine:
             reports=t.reports,
             pressure=t.pressure,
             published=t.published,
+            burst=t.burst,
+            knob_values=carry_over(state.knob_values, t.knob_values, snap),
+            samples=timers.samples,
         )
         return Evaluation(
             now,

@@ -18,6 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from engine.features.cpu_burst.limiter import Bucket
 from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published, ReportHistory
 from engine.resources import data_dir
 
@@ -116,6 +117,11 @@ class EngineState:
     reports: Mapping[str, ReportHistory] = field(default_factory=dict)  # published resource -> smoothing
     pressure: PressureState = NO_PRESSURE  # counters and timers of the engine-computed triggers
     published: Published = NOTHING_PUBLISHED  # what the node update gate last let through
+    burst: Mapping[str, Bucket] = field(default_factory=dict)  # container -> CFS quota burst bucket
+    # "<cgroup path>/<file>" -> the text last computed by a knob that reads `current`
+    # (engine/features/class_knobs/current.py says why read-back wins over it)
+    knob_values: Mapping[str, str] = field(default_factory=dict)
+    samples: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # rule|item -> (met, toward clear)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -131,6 +137,12 @@ class EngineState:
             out["pressure"] = pressure
         if self.published.at is not None:
             out["published"] = self.published.to_dict()
+        if self.burst:
+            out["burst"] = {k: v.to_dict() for k, v in self.burst.items()}
+        if self.knob_values:
+            out["knobValues"] = dict(self.knob_values)
+        if self.samples:
+            out["samples"] = {k: list(v) for k, v in self.samples.items()}
         return out
 
     @classmethod
@@ -147,6 +159,9 @@ class EngineState:
             reports={str(k): ReportHistory.from_dict(v) for k, v in (data.get("reports") or {}).items()},
             pressure=PressureState.from_dict(data.get("pressure") or {}),
             published=Published.from_dict(data.get("published") or {}),
+            burst={str(k): Bucket.from_dict(v) for k, v in (data.get("burst") or {}).items()},
+            knob_values={str(k): str(v) for k, v in (data.get("knobValues") or {}).items()},
+            samples={str(k): (int(v[0]), int(v[1])) for k, v in (data.get("samples") or {}).items()},
         )
 
 
@@ -203,10 +218,16 @@ def state_from_json(data: bytes | str) -> EngineState:
     ``state`` object). Anything else, whatever its shape (null, a list, a truncated file, binary
     garbage, nesting deep enough to exhaust the stack, NaN or 1e999), raises :class:`CorruptState`
     and nothing else: the daemon must be able to start whatever a crash or an operator left there."""
+    return state_from_document(decode_state_json(data))
+
+
+def decode_state_json(data: bytes | str) -> Any:
+    """The JSON value in a state file's bytes, with the limits and located faults of ``state_from_json``
+    (CorruptState and nothing else), not yet checked against the schema."""
     if len(data) > MAX_STATE_BYTES:
         raise CorruptState(f"{len(data)} bytes, more than the {MAX_STATE_BYTES} a state file can hold")
     try:
-        doc = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+        return json.loads(data, parse_float=_finite, parse_constant=_no_constant)
     except RecursionError:
         raise CorruptState("not JSON qosd wrote: nested too deeply to read") from None
     except json.JSONDecodeError as exc:
@@ -216,7 +237,6 @@ def state_from_json(data: bytes | str) -> EngineState:
         raise CorruptState(f"not JSON: {_short(str(exc))}", line=line, column=column) from None
     except ValueError as exc:  # huge integers, 1e999
         raise CorruptState(f"not JSON: {_short(str(exc))}") from None
-    return state_from_document(doc)
 
 
 def state_from_document(doc: Any) -> EngineState:

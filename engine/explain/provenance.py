@@ -79,9 +79,22 @@ def rule_ref(p: Mapping[str, Any]) -> str:
     step = step_description(str(p.get("rule")))
     text = f"{step if step is not None else 'rule ' + str(p.get('rule'))} ({where})"
     item = p.get("item")
-    if item is not None:
+    items = [str(i) for i in p.get("items") or ()]
+    if len(items) > 1:
+        scope = scope_of(p.get("conditions") or ())
+        listed = ", ".join(items)
+        plural = {"numa": f" on NUMA nodes {listed}", "pod": f" for pods {listed}"}
+        text += plural.get(scope, f" for {listed}")
+    elif item is not None:
         scope = scope_of(p.get("conditions") or ())
         text += {"numa": f" on NUMA node {item}", "pod": f" for pod {item}"}.get(scope, f" for {item}")
+    counted = (p.get("inputs") or {}).get("samples")
+    if isinstance(counted, Mapping):
+        # A sample-count rule fires on its count, not on this tick's comparisons alone.
+        text += (
+            f", after {counted.get('met')} of {counted.get('fire')} samples met"
+            f" ({counted.get('towardClear')} of {counted.get('clear')} in a row toward clearing)"
+        )
     return text
 
 

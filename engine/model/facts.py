@@ -128,6 +128,26 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class HostApp:
+    """An application on the node outside Kubernetes pods (Koordinator's NodeSLO
+    ``hostApplications``: a database, an agent, a YARN NodeManager), with its measured usage.
+
+    Its usage is not "system" usage: it enters the CPU suppress arithmetic by its QoS class, as
+    Koordinator's CalculateFilterPodsUsed does. ``qos`` names a class of the policy; ``cgroup_base``
+    is Koordinator's CgroupBaseType (CgroupRoot, Kubepods, KubepodsBurstable, KubepodsBesteffort).
+    A usage of None means no metric: the application is left out of the sums, as in Koordinator."""
+
+    name: str
+    qos: str = ""
+    priority: str = ""
+    cgroup_base: str = ""
+    parent_dir: str = ""
+    relative_path: str = ""
+    cpu_usage_cores: float | None = None
+    memory_usage_bytes: float | None = None
+
+
+@dataclass(frozen=True)
 class Metrics:
     """Flat fact maps per scope item; see the module docstring for the key format."""
 
@@ -179,6 +199,7 @@ class Snapshot:
     # 1 or 2 (node.cgroup.version); None when the source does not say. Class knobs pick file names by
     # it (cpu.shares vs cpu.weight); unknown falls back to names the cgroup adapter translates.
     cgroup_version: int | None = None
+    host_apps: tuple[HostApp, ...] = ()
 
     @cached_property
     def by_uid(self) -> Mapping[str, Workload]:
@@ -245,6 +266,23 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
         cgroups,
         _resctrl(node_raw.get("resctrl")),
         (node_raw.get("cgroup") or {}).get("version"),
+        tuple(_host_app(a) for a in data.get("hostApplications") or ()),
+    )
+
+
+def _host_app(a: Mapping[str, Any]) -> HostApp:
+    path = a.get("cgroupPath") or {}
+    usage = a.get("usage") or {}
+    cpu, memory = usage.get("cpuCores"), usage.get("memoryBytes")
+    return HostApp(
+        name=str(a["name"]),
+        qos=str(a.get("qos", "")),
+        priority=str(a.get("priority", "")),
+        cgroup_base=str(path.get("base", "")),
+        parent_dir=str(path.get("parentDir", "")),
+        relative_path=str(path.get("relativePath", "")),
+        cpu_usage_cores=None if cpu is None else float(cpu),
+        memory_usage_bytes=None if memory is None else float(memory),
     )
 
 

@@ -64,6 +64,9 @@ class Provenance:
     item: str | None = None
     conditions: tuple[Observation, ...] = ()
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    # A node-level action of an itemized rule acts once per tick for all its items: every item whose
+    # condition held (each NUMA node of a NUMA-scoped rule); ``item``/``conditions`` are the first's.
+    items: tuple[str, ...] = ()
 
     @property
     def audit(self) -> bool:
@@ -78,6 +81,7 @@ class Provenance:
             "item": self.item,
             "conditions": [o.to_dict() for o in self.conditions],
             "inputs": dict(self.inputs),
+            **({"items": list(self.items)} if self.items else {}),
         }
 
 

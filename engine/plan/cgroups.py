@@ -1,11 +1,13 @@
 """Ordering cgroup writes so the kernel never sees a child looser than its parent.
 
-Limits and cpusets nest: a child's memory limit or CPU quota above its parent's, or a child cpuset
-outside its parent's, is refused (EINVAL) or silently clamped. So writes go in two passes, as
-Koordinator's leveled updates do: top-down, each cgroup gets the *looser* of its current and desired
-values (the larger limit, the union of cpusets); then bottom-up, each gets its desired value. Files
-whose current value already equals the desired one are not written at all (a steady state writes
-nothing).
+Limits, protections and cpusets nest: a child's memory limit or CPU quota above its parent's, or a
+child cpuset outside its parent's, is refused (EINVAL) or silently clamped, and a child's memory.min
+or memory.low above its parent's is not honoured. So writes go in two passes, as Koordinator's
+leveled updates (resourceexecutor LeveledUpdateBatch) do: top-down, each cgroup gets the *looser* of
+its current and desired values (the larger limit or protection, -1/max as unlimited, the union of
+cpusets); then bottom-up, each gets its desired value. A raise is thus written parent first, a
+lowering children first, and at no point is a parent tighter than a child. Files whose current value
+already equals the desired one are not written at all (a steady state writes nothing).
 
 Within one cgroup, cpu.idle and the weight files are ordered too. While a group is idle the kernel
 refuses cpu.shares/cpu.weight writes (EINVAL) and pins the weight to its minimum, and clearing idle
@@ -36,7 +38,13 @@ LIMITS = frozenset(
         "cpu.cfs_burst_us",
     }
 )
+# Memory protections nest the other way round from what one might guess: a child's memory.min /
+# memory.low is effective only up to its parent's, so a parent below its children takes protection
+# away from them. Koordinator merges them like limits (the larger value first, top-down), so a
+# decrease goes children first and parent last, an increase parent first.
+PROTECTIONS = frozenset({"memory.min", "memory.low"})
 CPUSETS = frozenset({"cpuset.cpus", "cpuset.mems"})
+MERGED = LIMITS | PROTECTIONS | CPUSETS
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ def looser(file: str, current: str | None, desired: str) -> str:
             return format_cpuset(parse_cpuset(current) | parse_cpuset(desired))
         except ValueError:
             return desired
-    if file in LIMITS:
+    if file in LIMITS or file in PROTECTIONS:
         try:
             return current if _limit(current) >= _limit(desired) else desired
         except ValueError:
@@ -84,7 +92,7 @@ def order_writes(desired: Sequence[Desired], observed: Mapping[str, Mapping[str,
     done: set[Desired] = set()
     for d in sorted(changes, key=lambda d: (depth[d], d.path, _within_cgroup(d), d.file)):
         current = (observed.get(d.path) or {}).get(d.file)
-        if d.file in LIMITS | CPUSETS:
+        if d.file in MERGED:
             step = looser(d.file, current, d.value)
             if step != current:
                 first.append(Desired(d.path, d.file, step))

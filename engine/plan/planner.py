@@ -2,7 +2,9 @@
 
 Guards stand between a decision and its side effect: audit-mode rules and dry runs produce no
 operations, protected classes are never evicted (whatever a rule says), and at most
-``eviction_burst`` pods are evicted per tick across all rules (Katalyst's EvictionBurst, 3).
+``eviction_burst`` pods are evicted per tick across all rules (Katalyst's EvictionBurst, 3). A cgroup
+value its file does not accept (cpu.shares 0, cpu.weight 10001: computed values, since validation
+refuses literal ones) is refused, never clamped to the nearest bound, and the other writes go ahead.
 Everything held back is reported with its reason.
 """
 
@@ -14,7 +16,7 @@ from operator import is_
 from types import MappingProxyType
 from typing import Any
 
-from engine.cgroups.files import SHARE_FILES
+from engine.cgroups.files import SHARE_FILES, value_problem
 from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA
 from engine.config.policy import Policy
 from engine.features.resctrl.strategy import changed_lines
@@ -149,10 +151,15 @@ def _plan(
             if owner is not None:
                 held.append(Held(intent, f"rule {owner} already sets this file this tick"))
                 continue
-            claimed[slot] = intent.provenance.rule
             current = observed.get(intent.path)
             if current is None or current.get(intent.file) != intent.value:
+                # Checked only when it would be written, so a steady state checks nothing.
+                bad = value_problem(intent.file, intent.value.strip())
+                if bad:
+                    held.append(Held(intent, f"refused, not written: {bad}"))
+                    continue
                 changes.append(Desired(intent.path, intent.file, intent.value))
+            claimed[slot] = intent.provenance.rule
             continue
         if isinstance(intent, EvictIntent):
             cls = policy.class_index.get(intent.class_name) if intent.class_name else None

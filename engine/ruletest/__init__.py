@@ -14,10 +14,12 @@ prints the expected entry next to the closest actual entries, field by field, wi
 file:line:column, because at 3 a.m. nobody wants to diff JSON by eye.
 
 Exit codes: 0 every case passed, 1 a case failed (or a suite is malformed: located errors), 2 usage
-error (a path that does not exist, no suites foun
+error (a path that does not exist, no suites found).
 
-The parts: ``model`` (suites, cases, steps, expectations), ``reader`` (suite files: schema checks,
-located problems, discovery), ``match`` (matching expected values against actual ones), ``check``
-(one tick against its expectations), ``runner`` (running cases through the one tick), ``report``
-(text and JSON output), ``command`` and ``options`` (``qosd test`` and its command line).
+The parts: ``model`` (suites, cases, steps, expectations, anchors), ``reader`` (suite files: schema
+checks, located problems, discovery), ``overlay`` (a case's inline policy overlay, located in the
+suite), ``match`` (matching expected values against actual ones), ``check`` (one tick against its
+expectations), ``runner`` (running cases through the one tick), ``summary`` (counts, the result
+table, rule coverage), ``report`` and ``junit`` (text, JSON, YAML and JUnit output), ``parity`` (the
+generated table of docs/parity.md), ``command`` and ``options`` (``qosd test`` and its command line).
 """

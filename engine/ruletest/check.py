@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.errors import Location
+from engine.config.load import JsonPath
 from engine.explain.pairing import held_reasons
 from engine.ruletest.match import FieldResult, field_results, flow
-from engine.ruletest.model import LISTS, Expect, Locate, capitalized
+from engine.ruletest.model import LISTS, PROVENANCE_ALIASES, Expect, Locate, capitalized
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def _views(doc: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
     for intent, held in zip(doc["intents"], held_reasons(doc), strict=True):
         p = intent.get("provenance") or {}
         view = dict(intent)
-        for alias in ("rule", "mode", "item", "source", "conditions", "inputs"):
+        for alias in PROVENANCE_ALIASES:
             view.setdefault(alias, p.get(alias))
         view.setdefault("held", held)
         intents.append(view)
@@ -64,6 +65,7 @@ def _views(doc: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
         "held": list(doc["held"]),
         "skipped": list(doc["skipped"]),
         "workloadIssues": list(doc["workloadIssues"]),
+        "oomPriorities": list(doc.get("oomPriorities") or ()),
     }
 
 
@@ -89,6 +91,8 @@ def label_of(kind: str, entry: Mapping[str, Any]) -> str:
         return f"{entry.get('kind')} {entry.get('target')} (rule {entry.get('rule')}): {entry.get('reason')}"
     if kind == "skipped":
         return f"{entry.get('rule')}: {entry.get('reason')}"
+    if kind == "oomPriorities":
+        return f"{entry.get('pod')} ({entry.get('class')}): {entry.get('value')} from {entry.get('source')}"
     return f"{entry.get('name')} ({entry.get('class')}): {'; '.join(entry.get('errors') or ())}"
 
 
@@ -99,6 +103,7 @@ def _singular(kind: str) -> str:
         "held": "held entry",
         "skipped": "skipped rule",
         "workloadIssues": "workload issue",
+        "oomPriorities": "OOM priority",
     }[kind]
 
 
@@ -108,6 +113,20 @@ def _entry(raw: Any) -> Mapping[str, Any]:
 
 def _entry_ok(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
     return all(r.ok for r in field_results(expected, actual))
+
+
+def _undecided(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[FieldResult]:
+    """The fields that cannot be judged when every other field matches: the entry might match, and
+    no answer would be honest (a ``gt`` against "max" must not pass a ``notIntents`` quietly)."""
+    results = field_results(expected, actual)
+    if any(not r.ok and not r.problem for r in results):
+        return []
+    return [r for r in results if r.problem]
+
+
+def _cannot_compare(kind: str, j: int, actual: Mapping[str, Any], undecided: list[FieldResult]) -> str:
+    what = "; ".join(f"{r.field}: {r.problem}" for r in undecided)
+    return f"{_singular(kind)} {j + 1} ({label_of(kind, actual)}) cannot be compared: {what}"
 
 
 def _assign(ok: list[list[bool]], ordered: bool) -> list[int | None]:
@@ -185,6 +204,10 @@ def check_tick(expect: Expect, doc: Mapping[str, Any], locate: Locate, step: str
                     )
                 if not actuals:
                     notes.append(f"there were no {kind} at all")
+                for k, actual in enumerate(actuals):
+                    undecided = _undecided(entry, actual)
+                    if undecided:
+                        notes.append(_cannot_compare(kind, k, actual, undecided))
                 failures.append(
                     Failure(
                         locate((*expect.path, kind, i), False),
@@ -197,13 +220,26 @@ def check_tick(expect: Expect, doc: Mapping[str, Any], locate: Locate, step: str
         for k, raw in enumerate(data.get("not" + capitalized(kind)) or ()):
             forbidden = _entry(raw)
             for j, actual in enumerate(actuals):
-                if j not in claimed and _entry_ok(forbidden, actual):
+                if j in claimed:
+                    continue
+                where = locate((*expect.path, "not" + capitalized(kind), k), False)
+                if _entry_ok(forbidden, actual):
                     failures.append(
                         Failure(
-                            locate((*expect.path, "not" + capitalized(kind), k), False),
+                            where,
                             step,
                             f"not{capitalized(kind)}[{k}]: {_singular(kind)} {j + 1} matches "
                             f"{flow(forbidden)}: {label_of(kind, actual)}",
+                        )
+                    )
+                elif undecided := _undecided(forbidden, actual):
+                    failures.append(
+                        Failure(
+                            where,
+                            step,
+                            f"not{capitalized(kind)}[{k}]: cannot tell whether {_singular(kind)} {j + 1} "
+                            f"matches {flow(forbidden)}",
+                            (_cannot_compare(kind, j, actual, undecided),),
                         )
                     )
         if data.get("no" + capitalized(kind)) and actuals:
@@ -215,6 +251,8 @@ def check_tick(expect: Expect, doc: Mapping[str, Any], locate: Locate, step: str
                     tuple(label_of(kind, a) for a in actuals[:5]) + (("...",) if len(actuals) > 5 else ()),
                 )
             )
+    if "state" in data:
+        failures.extend(_check_state(data["state"], doc["state"], locate, (*expect.path, "state"), step))
     fired = list(doc["fired"])
     for k, rule in enumerate(data.get("fired") or ()):
         if rule not in fired:
@@ -237,3 +275,24 @@ def check_tick(expect: Expect, doc: Mapping[str, Any], locate: Locate, step: str
                 )
             )
     return failures
+
+
+def _check_state(
+    expected: Mapping[str, Any], actual: Mapping[str, Any], locate: Locate, path: JsonPath, step: str
+) -> list[Failure]:
+    """The engine state after the tick (the ``state`` of ``qosd eval --output json``) against an
+    expected mapping: the counters and latches an anchor test asserts (a NUMA watermark count, a
+    latched rule, an eviction under way), matched field by field like any entry."""
+    results = field_results(expected, actual)
+    bad = [r for r in results if not r.ok]
+    if not bad:
+        return []
+    return [
+        Failure(
+            locate((*path, *r.keys), False),
+            step,
+            f"state.{r.field}: expected {r.expected}, got {r.actual}"
+            + (f" ({r.problem})" if r.problem else ""),
+        )
+        for r in bad
+    ]

@@ -1,5 +1,11 @@
 """Matching an expected value against an actual one: equality up to float noise, quantities, operators
-(``approx``/``tolerance``, bounds, ``contains``, ``matches``, ``oneOf``, ``absent``), dotted paths."""
+(``approx``/``tolerance``, bounds, ``contains``, ``matches``, ``oneOf``, ``absent``, ``cpuset``), dotted
+paths.
+
+Every comparison reads Kubernetes quantities on both sides ("20000", "2Gi", "500m", "-1"), as equality
+always did. An actual value an operator cannot judge ("max" against ``gt: 0``, a mapping against
+``lt``) is not a quiet non-match: ``incomparable`` says why, and the checker reports it at the
+expectation, because a ``notIntents`` entry that silently never matches passes for the wrong reason."""
 
 from __future__ import annotations
 
@@ -11,12 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config.errors import short
-from engine.model.units import human_bytes, parse_quantity
+from engine.model.units import human_bytes, parse_cpuset, parse_quantity
 
 OPERATORS = frozenset(
-    {"approx", "tolerance", "gt", "gte", "lt", "lte", "contains", "matches", "oneOf", "absent"}
+    {"approx", "tolerance", "gt", "gte", "lt", "lte", "contains", "matches", "oneOf", "absent", "cpuset"}
 )
+NUMERIC_OPERATORS = ("approx", "gt", "gte", "lt", "lte")
+CPUS_KEYS = frozenset({"count", "within"})
 DEFAULT_TOLERANCE = "1%"
+_PLAIN_NUMBER = re.compile(r"\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?\s*")
 
 
 def is_operator(value: Any) -> bool:
@@ -34,8 +43,52 @@ def as_number(value: Any) -> float | None:
         try:
             return parse_quantity(value)
         except ValueError:
-            return None
+            pass
+        # Signed plain numbers too: cgroup files hold "-1" (cpu.cfs_quota_us), which no quantity is.
+        if _PLAIN_NUMBER.fullmatch(value):
+            number = float(value)
+            return number if math.isfinite(number) else None
     return None
+
+
+def cpus_of(value: Any) -> frozenset[int] | None:
+    """The CPUs of a cpuset value (the kernel's list format "0-3,8", or a list of ids); None if not one."""
+    if isinstance(value, str):
+        try:
+            return parse_cpuset(value)
+        except ValueError:
+            return None
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return frozenset(value)
+    return None
+
+
+def _cpus_hold(want: Any, cpus: frozenset[int]) -> bool:
+    """``cpus: "0-3"`` is the same set however written; ``cpus: {count: 4, within: "0-7"}``."""
+    if not isinstance(want, Mapping):
+        expected = cpus_of(want)
+        return expected is not None and expected == cpus
+    if "count" in want and not value_matches(want["count"], len(cpus)):
+        return False
+    if "within" in want:
+        outer = cpus_of(want["within"])
+        return outer is not None and cpus <= outer
+    return True
+
+
+def incomparable(ops: Mapping[str, Any], actual: Any, found: bool) -> str:
+    """Why operators cannot judge a present actual value ('' when they can)."""
+    if not found or actual is None:
+        return ""  # absence is an answer (``absent`` judges it); only a present value can be wrong
+    shown = short(actual, 80)
+    numeric = [op for op in NUMERIC_OPERATORS if op in ops]
+    if numeric and as_number(actual) is None:
+        return f"{shown} is not a number or a quantity, so {'/'.join(numeric)} cannot compare it"
+    if "cpuset" in ops and cpus_of(actual) is None:
+        return f"{shown} is not a cpuset such as 0-3,8, so cpuset cannot count it"
+    if "matches" in ops and isinstance(actual, Mapping | list):
+        return f"{shown} is not text, so matches cannot search it"
+    return ""
 
 
 def _close(a: float, b: float) -> bool:
@@ -60,13 +113,14 @@ def scalar_equal(expected: Any, actual: Any) -> bool:
     if isinstance(actual, int | float):
         number = as_number(expected)
         return number is not None and _close(number, float(actual))
-    if isinstance(actual, str) and isinstance(expected, int | float):
-        # cgroup files hold text: `value: 4000000` should match "4000000" as written to the file.
-        try:
-            return _close(float(expected), float(actual))
-        except ValueError:
-            return False
-    return bool(expected == actual)
+    if expected == actual:
+        return True
+    if isinstance(actual, str) and isinstance(expected, int | float | str):
+        # cgroup files and published quantities hold text: `value: 4000000` matches "4000000" as
+        # written to the file, and `quantity: 4Gi` matches "4294967296".
+        a, e = as_number(actual), as_number(expected)
+        return a is not None and e is not None and _close(a, e)
+    return False
 
 
 def _operators_hold(ops: Mapping[str, Any], actual: Any, found: bool) -> bool:
@@ -78,7 +132,7 @@ def _operators_hold(ops: Mapping[str, Any], actual: Any, found: bool) -> bool:
         return True
     if not present:
         return False
-    value = as_number(actual) if not isinstance(actual, str) else None
+    value = as_number(actual)
     for op, want in rest.items():
         if op == "approx":
             target = as_number(want)
@@ -103,7 +157,12 @@ def _operators_hold(ops: Mapping[str, Any], actual: Any, found: bool) -> bool:
             else:
                 return False
         elif op == "matches":
-            if not isinstance(actual, str) or re.search(str(want), actual) is None:
+            text = number_text(actual) if isinstance(actual, int | float) else actual
+            if not isinstance(text, str) or re.search(str(want), text) is None:
+                return False
+        elif op == "cpuset":
+            cpus = cpus_of(actual)
+            if cpus is None or not _cpus_hold(want, cpus):
                 return False
         elif op == "oneOf" and not any(value_matches(option, actual, found) for option in want):
             return False
@@ -150,23 +209,39 @@ class FieldResult:
     expected: str
     actual: str
     ok: bool
+    problem: str = ""  # why the expected operators cannot judge the actual value at all
+    keys: tuple[str, ...] = ()  # the expected keys leading to this field (to locate it in the suite)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "expected": self.expected, "actual": self.actual, "ok": self.ok}
+        return {
+            "field": self.field,
+            "expected": self.expected,
+            "actual": self.actual,
+            "ok": self.ok,
+            "problem": self.problem or None,
+        }
 
 
-def field_results(expected: Mapping[str, Any], actual: Any, prefix: str = "") -> list[FieldResult]:
+def field_results(
+    expected: Mapping[str, Any], actual: Any, prefix: str = "", keys: tuple[str, ...] = ()
+) -> list[FieldResult]:
     """Every leaf of an expected mapping compared with the actual entry."""
     out: list[FieldResult] = []
     for key, want in expected.items():
         name = f"{prefix}.{key}" if prefix else str(key)
         found, value = resolve(actual, str(key))
         if isinstance(want, Mapping) and not is_operator(want) and found and isinstance(value, Mapping):
-            out.extend(field_results(want, value, name))
+            out.extend(field_results(want, value, name, (*keys, str(key))))
             continue
+        problem = incomparable(want, value, found) if is_operator(want) else ""
         out.append(
             FieldResult(
-                name, flow(want), display(value) if found else "(missing)", value_matches(want, value, found)
+                name,
+                flow(want),
+                display(value) if found else "(missing)",
+                not problem and value_matches(want, value, found),
+                problem,
+                (*keys, str(key)),
             )
         )
     return out

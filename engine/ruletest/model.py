@@ -18,11 +18,31 @@ SUITE_KIND = "RuleTest"
 Locate = Callable[[JsonPath, bool], Location]
 
 
-LISTS = ("intents", "operations", "held", "skipped", "workloadIssues")
+# Provenance fields an expected intent may name at its top level, besides the printed intent fields.
+PROVENANCE_ALIASES = ("rule", "mode", "item", "items", "source", "conditions", "inputs")
+
+LISTS = ("intents", "operations", "held", "skipped", "workloadIssues", "oomPriorities")
 
 
 def capitalized(name: str) -> str:
     return name[0].upper() + name[1:]
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The anchor unit test a case ports (``repo``, ``file``, ``function``, ``case``), so a parity
+    failure names the Go test to read next to qosd's diff."""
+
+    repo: str
+    file: str
+    function: str
+    case: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repo": self.repo, "file": self.file, "function": self.function, "case": self.case}
+
+    def __str__(self) -> str:
+        return f"{self.repo} {self.file} {self.function}" + (f" case {self.case!r}" if self.case else "")
 
 
 @dataclass(frozen=True)
@@ -31,6 +51,8 @@ class PolicySpec:
     builtin: bool = True
     profile: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # A case's inline overlay: QoSPolicy documents located in the suite file, layered on top.
+    overlay: tuple[Document, ...] = ()
     # The ``policy:`` that chose these (the case's, else the suite's): where a policy that cannot be
     # built for the case's node is reported, since its own problem may name only the node.
     location: Location | None = None
@@ -58,6 +80,9 @@ class Case:
     guards: Guards
     state: EngineState
     steps: tuple[Step, ...]
+    anchor: Anchor | None = None
+    # Entries the problems of a refused policy must match (``refused``); None: the policy must build.
+    refused: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

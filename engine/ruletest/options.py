@@ -25,7 +25,20 @@ def add_parser(sub: Any) -> None:
     p.add_argument("paths", nargs="+", type=Path, metavar="SUITE", help="suite files or directories")
     p.add_argument("--run", metavar="REGEX", help="only cases whose name matches this regular expression")
     p.add_argument("--backend", choices=("python", "durable"), default="python", help="condition evaluator")
-    p.add_argument("--output", choices=("text", "json"), default="text")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="text: each case, its failures field by field, a result table, rule coverage and a summary; "
+        "json/yaml: the same as a RuleTestReport document",
+    )
+    p.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help="also write the results as a JUnit XML report (one testsuite per suite) for CI systems",
+    )
     p.set_defaults(func=cmd_test)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -13,17 +14,19 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from engine.config.errors import Location, PolicyError, Problem, UsageError, short
-from engine.config.load import Document, JsonPath, read_file, yaml_files_under
+from engine.config.load import Document, JsonPath, Layer, read_file, yaml_files_under
 from engine.config.schema_check import did_you_mean, inline_refs, validation_problems
 from engine.config.unitcheck import schema_file, unit_problems
 from engine.evaluate.state import EngineState
 from engine.model.units import parse_duration
 from engine.plan.planner import Guards
 from engine.resources import data_dir
-from engine.ruletest.match import OPERATORS, as_number, number_text, tolerance_of
+from engine.ruletest.match import CPUS_KEYS, OPERATORS, as_number, cpus_of, number_text, tolerance_of
 from engine.ruletest.model import (
     LISTS,
+    PROVENANCE_ALIASES,
     SUITE_KIND,
+    Anchor,
     Case,
     Expect,
     Locate,
@@ -34,7 +37,8 @@ from engine.ruletest.model import (
     merge_patch,
     prefixed,
 )
-from engine.sources.facts_check import facts_problems
+from engine.ruletest.overlay import overlay_documents
+from engine.sources.facts_check import facts_problems, with_numbers
 from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
 
@@ -66,14 +70,15 @@ def _problems(validator: Draft202012Validator, data: Any, locate: Locate) -> lis
 
 
 # Aliases an expected entry may use besides the fields printed by `qosd eval --output json`.
-INTENT_ALIASES = ("rule", "mode", "item", "source", "conditions", "inputs", "held")
+INTENT_ALIASES = (*PROVENANCE_ALIASES, "held")
 
 
 @cache
 def field_vocabulary() -> Mapping[str, frozenset[str]]:
     """Top-level field names each expectation list can match on, derived from the schemas so a
     misspelt field in ``notIntents`` is an error instead of a check that can never fail."""
-    evaluation = _load_schema("evaluation.schema.json")["$defs"]
+    evaluation_schema = _load_schema("evaluation.schema.json")
+    evaluation = evaluation_schema["$defs"]
     policy = _load_schema("qospolicy.schema.json")["$defs"]
 
     def props(node: Any) -> set[str]:
@@ -94,7 +99,14 @@ def field_vocabulary() -> Mapping[str, frozenset[str]]:
         "held": frozenset({"target", "kind", "rule", "reason"}),
         "skipped": frozenset({"rule", "reason"}),
         "workloadIssues": frozenset({"uid", "name", "class", "errors"}),
+        "oomPriorities": frozenset(props(evaluation_schema["properties"]["oomPriorities"]["items"])),
     }
+
+
+@cache
+def state_vocabulary() -> frozenset[str]:
+    """The top-level fields of the engine state an expectation may name (schemas/state.schema.json)."""
+    return frozenset(_load_schema("state.schema.json")["$defs"]["state"]["properties"])
 
 
 class SuiteReader:
@@ -124,6 +136,10 @@ class SuiteReader:
         if self.problems:
             return None
         suite_policy = self._policy(data.get("policy"), ("policy",), PolicySpec())
+        if "overlay" in data:
+            name = self._overlay_name()
+            docs = overlay_documents(self.doc, ("overlay",), data["overlay"], name, Layer.TEST)
+            suite_policy = dataclasses.replace(suite_policy, overlay=docs)
         suite_guards = self._guards(data.get("guards") or {}, Guards())
         names: dict[str, int] = {}
         cases = []
@@ -140,10 +156,16 @@ class SuiteReader:
                 cases.append(case)
         if self.problems:
             return None
-        meta = data.get("metadata") or {}
-        return Suite(
-            self.doc.source, str(meta.get("name") or Path(self.doc.source).stem), self.doc, tuple(cases)
-        )
+        return Suite(self.doc.source, self._suite_name(), self.doc, tuple(cases))
+
+    def _overlay_name(self) -> str:
+        """metadata.name of an inline overlay: a Kubernetes object name, as the schema requires."""
+        slug = re.sub(r"[^a-z0-9]+", "-", self._suite_name().lower()).strip("-")[:200] or "suite"
+        return f"ruletest.{slug}"
+
+    def _suite_name(self) -> str:
+        meta = self.doc.data.get("metadata") or {}
+        return str(meta.get("name") or Path(self.doc.source).stem)
 
     # -- parts
 
@@ -172,6 +194,7 @@ class SuiteReader:
             builtin=bool(raw.get("builtin", base.builtin)),
             profile=raw.get("profile", base.profile),
             labels={**base.labels, **(raw.get("labels") or {})},
+            overlay=base.overlay,  # the suite's inline overlay stays under a case's own policy
             location=self.loc(path, True),
         )
 
@@ -198,7 +221,7 @@ class SuiteReader:
         if found:
             self.problems.extend(found)
             return None
-        return copy.deepcopy(dict(raw))
+        return copy.deepcopy(dict(with_numbers(raw)))
 
     def _patched(self, facts: dict[str, Any], patch: Any, path: JsonPath) -> dict[str, Any] | None:
         if patch is None:
@@ -211,7 +234,7 @@ class SuiteReader:
                 for p in found
             )
             return None
-        return merged
+        return dict(with_numbers(merged))
 
     def _state(self, raw: Any, path: JsonPath) -> EngineState:
         if raw is None:
@@ -262,6 +285,17 @@ class SuiteReader:
                 case_facts = self._patched(case_facts, raw.get("patch"), (*base, "patch"))
         elif "patch" in raw:
             self.add((*base, "patch"), "a case-level patch needs case-level facts to patch", prefer_key=True)
+        if "overlay" in raw:
+            label = f"{self._overlay_name()}.case-{i + 1}"
+            docs = overlay_documents(self.doc, (*base, "overlay"), raw["overlay"], label, Layer.TEST_CASE)
+            case_policy = dataclasses.replace(case_policy, overlay=(*case_policy.overlay, *docs))
+        anchor = self._anchor(raw.get("anchor"), base)
+        if "refused" in raw and ("expect" in raw or "steps" in raw):
+            self.add(
+                (*base, "refused"),
+                "a case that expects its policy refused runs no tick, so it has no `expect` or `steps`",
+                prefer_key=True,
+            )
         state = self._state(raw.get("state"), (*base, "state"))
         steps: list[Step] = []
         raw_steps = raw.get("steps") or [{}]
@@ -309,7 +343,39 @@ class SuiteReader:
         if len(self.problems) != before:
             return None
         return Case(
-            raw["name"], self.loc(base), raw.get("xfail"), case_policy, case_guards, state, tuple(steps)
+            raw["name"],
+            self.loc(base),
+            raw.get("xfail"),
+            case_policy,
+            case_guards,
+            state,
+            tuple(steps),
+            anchor,
+            tuple(raw["refused"]) if "refused" in raw else None,
+        )
+
+    def _anchor(self, raw: Mapping[str, Any] | None, base: JsonPath) -> Anchor | None:
+        """The suite's anchor overridden field by field by the case's; None when neither gives one."""
+        suite = self.doc.data.get("anchor") or {}
+        if raw is None and not suite:
+            return None
+        merged = {**suite, **(raw or {})}
+        missing = [k for k in ("repo", "file", "function") if not merged.get(k)]
+        if missing:
+            self.add(
+                (*base, "anchor") if raw is not None else ("anchor",),
+                f"the anchor lacks {', '.join(missing)}",
+                "an anchor names the ported Go test: repo (owner/name), file, function, and the table "
+                "case; give the shared fields in the suite's `anchor` and `case` in each case's",
+                prefer_key=True,
+            )
+            return None
+        case = merged.get("case")
+        return Anchor(
+            str(merged["repo"]),
+            str(merged["file"]),
+            str(merged["function"]),
+            None if case is None else str(case),
         )
 
     def _expect(self, raw: Mapping[str, Any], path: JsonPath) -> Expect:
@@ -319,6 +385,8 @@ class SuiteReader:
                 for k, entry in enumerate(raw.get(key) or ()):
                     if isinstance(entry, Mapping):
                         self._check_entry(entry, (*path, key, k), vocab[name], name)
+        if "state" in raw:
+            self._check_entry(raw["state"], (*path, "state"), state_vocabulary(), "engine states")
         return Expect(raw, path)
 
     def _check_entry(
@@ -371,6 +439,29 @@ class SuiteReader:
                 self.add(p, "oneOf needs a list of allowed values")
             elif op == "absent" and not isinstance(arg, bool):
                 self.add(p, "absent is true (the field is missing or null) or false")
+            elif op == "cpuset":
+                self._check_cpuset(arg, p)
+
+    def _check_cpuset(self, arg: Any, path: JsonPath) -> None:
+        """``cpuset: "0-3"`` or ``cpuset: {count: 4 | {gte: 2}, within: "0-7"}``."""
+        usage = 'cpuset takes a cpuset such as "0-3,8" or {count: 4, within: "0-7"}'
+        if not isinstance(arg, Mapping):
+            if cpus_of(arg) is None:
+                self.add(path, f"{short(arg)} is not a cpuset", usage)
+            return
+        for key, value in arg.items():
+            if key not in CPUS_KEYS:
+                hint = did_you_mean(str(key), CPUS_KEYS) or usage
+                self.add((*path, key), f"cpuset has no {key!r}", hint, True)
+            elif key == "within" and cpus_of(value) is None:
+                self.add((*path, key), f"{short(value)} is not a cpuset", usage)
+            elif key == "count":
+                if isinstance(value, Mapping):
+                    self._check_value(value, (*path, key))
+                elif as_number(value) is None:
+                    self.add((*path, key), f"count is a number of CPUs, got {short(value)}", usage)
+        if not arg:
+            self.add(path, "cpuset: {} checks nothing", usage)
 
 
 # ---------------------------------------------------------------- discovery

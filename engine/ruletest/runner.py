@@ -14,7 +14,8 @@ from engine.evaluate.engine import Engine
 from engine.model.facts import snapshot_from_dict
 from engine.resources import API_VERSION
 from engine.ruletest.check import Failure, check_tick
-from engine.ruletest.model import Case, Suite
+from engine.ruletest.model import Anchor, Case, Suite
+from engine.ruletest.refused import check_refused
 from engine.tick import TickResult, run_tick
 
 
@@ -26,8 +27,12 @@ class CaseResult:
     location: Location
     status: str  # pass | fail | error | xfail | xpass
     xfail: str | None = None
+    anchor: Anchor | None = None
     failures: list[Failure] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # For rule coverage: the enabled rules of the case's policy, and those that fired in some tick.
+    rules: tuple[str, ...] = ()
+    fired: frozenset[str] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -41,6 +46,7 @@ class CaseResult:
             "location": str(self.location),
             "result": self.status,
             "xfail": self.xfail,
+            "anchor": self.anchor.to_dict() if self.anchor else None,
             "failures": [f.to_dict() for f in self.failures],
             "problems": [p.to_dict() for p in self.problems],
         }
@@ -72,7 +78,7 @@ def _at_policy(problem: Problem, where: Location) -> Problem:
 
 def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseResult, list[dict[str, Any]]]:
     """Run every step of a case with state carried over; the Evaluation documents come back too."""
-    result = CaseResult(suite.source, suite.name, case.name, case.location, "pass", case.xfail)
+    result = CaseResult(suite.source, suite.name, case.name, case.location, "pass", case.xfail, case.anchor)
     ticks: list[dict[str, Any]] = []
     spec = case.policy
     labels = dict(spec.labels)
@@ -81,11 +87,22 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
     try:
         first = snapshot_from_dict(case.steps[0].facts)
         node = first.node.with_labels(labels) if labels else first.node
-        policy = build_policy(load_documents(list(spec.paths), builtin=spec.builtin), node)
+        docs = load_documents(list(spec.paths), builtin=spec.builtin) + list(spec.overlay)
+        policy = build_policy(docs, node)
     except PolicyError as exc:
-        result.status = "error"
-        result.problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
+        problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
+        if case.refused is not None:
+            result.failures = check_refused(case.refused, problems, case.location)
+            return _settled(result, case), ticks
+        # A policy qosd refuses is a failure of the case: a known one when the case is marked xfail
+        # (an anchor test that runs a configuration qosd's validation, like the anchor's own, refuses).
+        result.status = "error" if case.xfail is None else "xfail"
+        result.problems = problems
         return result, ticks
+    result.rules = tuple(r.name for r in policy.rules)
+    if case.refused is not None:
+        result.failures = check_refused(case.refused, None, case.location)
+        return _settled(result, case), ticks
     engine = Engine(policy, backend=backend)
     state = case.state
     try:
@@ -99,12 +116,18 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
                 result.failures.extend(check_tick(expect, doc, suite.doc.locate, step.label))
     finally:
         engine.backend.close()
+    result.fired = frozenset(name for doc in ticks for name in doc["fired"])
+    return _settled(result, case), ticks
+
+
+def _settled(result: CaseResult, case: Case) -> CaseResult:
+    """The case's status from its failures and its xfail marker."""
     failed = bool(result.failures)
     if case.xfail is not None:
         result.status = "xfail" if failed else "xpass"
     else:
         result.status = "fail" if failed else "pass"
-    return result, ticks
+    return result
 
 
 def run(

@@ -90,23 +90,30 @@ V2_FILES = ("cpu.stat", "memory.stat", "memory.current", NUMA_STAT, *(name for _
 NUMA_LINES = {1: ("hierarchical_total",), 2: ("anon", "file")}
 
 
-def parse_stat_keys(text: str, keys: Mapping[str, str]) -> dict[str, int]:
-    """The wanted ``key value`` lines of memory.stat / cpu.stat, renamed by ``keys``.
+def _line_rest(text: str, needle: str) -> str | None:
+    """The rest of the first line that starts with ``needle``, found with ``str.find`` instead of
+    splitting every line (these files run to dozens of lines of which qosd wants a few, for every
+    cgroup on its turn); None when no line starts with it."""
+    i = text.find(needle)
+    while i > 0 and text[i - 1] != "\n":
+        i = text.find(needle, i + 1)
+    if i < 0:
+        return None
+    start = i + len(needle)
+    end = text.find("\n", start)
+    return text[start:end] if end >= 0 else text[start:]
 
-    Each key is found with ``str.find`` (at a line start) instead of splitting every line: v1's
-    memory.stat has some 40 lines of which qosd wants 7, and this runs for every cgroup every tick."""
+
+def parse_stat_keys(text: str, keys: Mapping[str, str]) -> dict[str, int]:
+    """The wanted ``key value`` lines of memory.stat / cpu.stat, renamed by ``keys`` (v1's
+    memory.stat has some 40 lines of which qosd wants 7)."""
     out: dict[str, int] = {}
     for key, name in keys.items():
-        needle = key + " "
-        i = text.find(needle)
-        while i > 0 and text[i - 1] != "\n":
-            i = text.find(needle, i + 1)
-        if i < 0:
+        rest = _line_rest(text, key + " ")
+        if rest is None:
             continue
-        start = i + len(needle)
-        end = text.find("\n", start)
         try:
-            out[name] = int(text[start:end] if end >= 0 else text[start:])
+            out[name] = int(rest)
         except ValueError:
             continue
     return out
@@ -122,21 +129,16 @@ def parse_numa_stat(text: str | None, version: int, page_size: int) -> dict[int,
     reason; unknown lines and tokens are ignored."""
     if text is None:
         return {}
-    wanted = NUMA_LINES[version]
     unit = page_size if version == 1 else 1
     sep = "=" if version == 1 else " "
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(sep)
-        if name in wanted and name not in found:
-            found[name] = rest
-    if len(found) != len(wanted):
-        return {}
     total: dict[int, int] = {}
     bad: set[int] = set()
-    for i, name in enumerate(wanted):
+    for i, name in enumerate(NUMA_LINES[version]):
+        rest = _line_rest(text, name + sep)
+        if rest is None:
+            return {}
         values: dict[int, int] = {}
-        for token in found[name].split():
+        for token in rest.split():
             node, eq, value = token.partition("=")
             if not (eq and node[:1] == "N" and node[1:].isdigit()):
                 continue  # the v1 line's own total, or a token of a format qosd does not know
@@ -190,6 +192,7 @@ class CgroupOptions:
     numa: bool = False  # memory.numa_stat with the memory files (numa.<id>.memory_usage_bytes)
     throttling: bool = False  # v1 cpu.stat (v2 has it in the cpu.stat read anyway)
     memory_every: int = 1  # read memory files every N ticks, staggered by path
+    numa_every: int = 1  # with ``numa``: memory.numa_stat on every Nth memory read of a cgroup
 
 
 Sampled = tuple[bool, dict[str, float] | None]  # (the cgroup answered, memory facts read now)
@@ -199,7 +202,7 @@ class _Prev:
     """Per cgroup: the previous counters, the last memory facts, its file names and its memory
     phase (built once)."""
 
-    __slots__ = ("at", "cpu", "files", "memory", "periods", "phase", "rate", "throttled")
+    __slots__ = ("at", "cpu", "files", "memory", "numa", "periods", "phase", "rate", "reads", "throttled")
 
     def __init__(self, files: tuple[str, ...], phase: int) -> None:
         self.files = files
@@ -210,6 +213,8 @@ class _Prev:
         self.periods: int | None = None
         self.throttled: int | None = None
         self.memory: dict[str, float] | None = None
+        self.numa: dict[str, float] | None = None  # the last numa.<id>.memory_usage_bytes facts
+        self.reads = 0  # memory reads so far: memory.numa_stat is read on every numa_every-th
 
 
 class CgroupMetrics:
@@ -364,8 +369,22 @@ class CgroupMetrics:
             return None
         facts = memory_facts(parse_stat_keys(stat, _V1_STAT), int_or_none(read(prev.files[3])))
         if self.options.numa:
-            numa_usage_facts(parse_numa_stat(read(prev.files[4]), 1, self.page_size), facts)
+            self._numa(prev, prev.files[4], 1, facts)
         return facts
+
+    def _numa(self, prev: _Prev, path: str, version: int, facts: dict[str, float]) -> None:
+        """The cgroup's NUMA facts into ``facts``: read on the first memory read and every
+        ``numa_every``-th after it, the last ones carried in between. Where a pod's pages sit moves
+        only when they are allocated, reclaimed or migrated, and only victim selection reads it (the
+        NUMA trigger reads the node's own files every tick), so the daemon reads it less often than
+        memory.stat: the file is one more kernel walk per cgroup, the most expensive of its turn."""
+        every = self.options.numa_every
+        if prev.numa is None or every <= 1 or prev.reads % every == 0:
+            numa: dict[str, float] = {}
+            numa_usage_facts(parse_numa_stat(self.reader.read(path), version, self.page_size), numa)
+            prev.numa = numa
+        prev.reads += 1
+        facts.update(prev.numa)
 
     def _v2(
         self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool, capacity: float | None
@@ -387,7 +406,7 @@ class CgroupMetrics:
                 current = int_or_none(read(current_file))
                 memory = memory_facts(parse_stat_keys(mem_stat, _V2_STAT), current)
                 if self.options.numa:
-                    numa_usage_facts(parse_numa_stat(read(numa_file), 2, self.page_size), memory)
+                    self._numa(prev, numa_file, 2, memory)
                 return True, memory
         return text is not None, None
 

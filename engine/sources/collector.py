@@ -291,6 +291,7 @@ class CollectorOptions:
     cgroup_psi: bool | None = None
     throttling: bool | None = None
     memory_every: int = 1
+    numa_every: int = 1  # memory.numa_stat on every Nth memory read of a cgroup (CgroupOptions)
     observe_every: int = 1  # re-read observed cgroup files every N ticks (see note_written)
     observed_files: tuple[str, ...] = DEFAULT_OBSERVED
     track_ttl: int = 30  # ticks a tracked (path, file) is re-read after it was last tracked
@@ -384,8 +385,14 @@ class NodeCollector:
                     needs.add("cgroup_psi")
                 if c.spec.scope in ("pod", "container") and path == "cpu.throttled_ratio":
                     needs.add("throttling")
+        burst = policy.cfs_quota_burst
+        own: set[WindowSpec] = set()
+        if burst is not None:  # the CFS quota burst reads each container's usage and throttling
+            needs.update(("containers", "throttling"))
+            if burst.window:
+                own.add(WindowSpec("node", "cpu.usage_cores", "avg", burst.window))
         self._needs = frozenset(needs)
-        self._configure(windows_of(policy) | self.options.windows | frozenset(extra))
+        self._configure(windows_of(policy) | self.options.windows | frozenset(extra) | frozenset(own))
 
     def _configure(self, windows: frozenset[WindowSpec]) -> None:
         self.windows = windows
@@ -416,6 +423,7 @@ class NodeCollector:
             throttling=wanted(opts.throttling, "throttling"),
             memory_every=opts.memory_every,
             numa="pod_numa" in self._needs,
+            numa_every=opts.numa_every,
         )
 
     def track(self, pairs: Iterable[tuple[str, str]]) -> None:

@@ -9,12 +9,14 @@ file:line:col and JSON path instead of raising in the middle of a tick.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from engine.config.errors import Location, Problem
 from engine.config.load import JsonPath
 from engine.config.schema_check import schema_problems
+from engine.config.unitcheck import schema_file, unit_values
 from engine.model.units import parse_quantity
 
 Locate = Callable[[JsonPath, bool], Location]
@@ -27,6 +29,27 @@ def quantity_problem(value: Any) -> str:
     except ValueError as exc:
         return str(exc)
     return ""
+
+
+def with_numbers(data: Any, root: Mapping[str, Any] | None = None) -> Any:
+    """A copy of a schema-valid facts document (or of the part at schema node ``root``, such as a
+    workload) with every Kubernetes quantity string ("32Gi", "500m") the schema allows replaced by
+    its number in base units. Rules, traces and RuleTests take quantities; so do facts, and every
+    reader of facts gets numbers, whichever way the author wrote them."""
+    found = [
+        (path, parse(value))
+        for path, is_key, parse, value in unit_values(schema_file("facts.schema.json"), data, root)
+        if parse is parse_quantity and not is_key and isinstance(value, str)
+    ]
+    if not found:
+        return data
+    out = copy.deepcopy(data)
+    for path, number in found:
+        target = out
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = number
+    return out
 
 
 def facts_problems(data: Any, locate: Locate) -> list[Problem]:
@@ -63,6 +86,7 @@ def semantic_problems(data: Mapping[str, Any], locate: Locate) -> list[Problem]:
     for field in ("capacity", "allocatable"):
         _amounts(node.get(field), ("node", field), locate, out)
     _workloads(data.get("workloads") or [], locate, out)
+    _host_apps(data.get("hostApplications") or [], locate, out)
     metrics = data.get("metrics") or {}
     for key in metrics.get("numa") or {}:
         if not str(key).isdigit():
@@ -183,6 +207,21 @@ def _workloads(items: list[Any], locate: Locate, out: list[Problem]) -> None:
             )
             if c.get("cgroupPath"):
                 _cgroup_path(c["cgroupPath"], (*cpath, "cgroupPath"), False, locate, out)
+
+
+def _host_apps(items: list[Any], locate: Locate, out: list[Problem]) -> None:
+    """Host applications are keyed by name (Koordinator's metrics are), and their usage is a
+    metric: bounded like every other one."""
+    names = _Seen(locate, out)
+    for i, a in enumerate(items):
+        path: JsonPath = ("hostApplications", i)
+        names.add(
+            a["name"],
+            (*path, "name"),
+            f"host application {a['name']!r} is listed twice",
+            "a name identifies one host application; give each its own",
+        )
+        _metric_values(a.get("usage"), (*path, "usage"), locate, out)
 
 
 def _amounts(raw: Any, base: JsonPath, locate: Locate, out: list[Problem]) -> None:

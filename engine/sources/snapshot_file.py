@@ -12,7 +12,7 @@ from engine.config.errors import Location, PolicyError, Problem
 from engine.config.load import read_file
 from engine.model.facts import Snapshot, Workload, snapshot_from_dict
 from engine.resources import API_VERSION
-from engine.sources.facts_check import facts_problems
+from engine.sources.facts_check import facts_problems, with_numbers
 from engine.sources.named_files import shown, unusable
 
 
@@ -32,7 +32,7 @@ def read_facts(path: Path) -> dict[str, Any]:
         raise PolicyError(problems)
     # A copy: the loader caches documents by content, and a caller that edits its facts (a test
     # patch, a trace step) must not change what the next reader of the same file gets.
-    data: dict[str, Any] = copy.deepcopy(doc.data)
+    data: dict[str, Any] = copy.deepcopy(with_numbers(doc.data))
     return data
 
 

@@ -36,7 +36,7 @@ from engine.config.unitcheck import schema_file, unit_problems
 from engine.model.facts import FactMap, Snapshot, Workload, flatten_metrics, snapshot_from_dict
 from engine.model.units import parse_duration, parse_quantity
 from engine.resources import API_VERSION, data_dir, load_schema
-from engine.sources.facts_check import semantic_problems
+from engine.sources.facts_check import semantic_problems, with_numbers
 from engine.sources.named_files import named_file, shown, unusable
 from engine.sources.snapshot_file import read_facts
 
@@ -293,7 +293,7 @@ class _Builder:
             self._facts(base_doc, ("base",))
             if self.problems:
                 raise PolicyError(self.problems)
-        base = snapshot_from_dict(base_doc)
+        base = snapshot_from_dict(with_numbers(base_doc))
         start = float(data.get("start", base_doc.get("time", 0.0)))
         step = parse_duration(data["step"])
         if step <= 0:
@@ -335,7 +335,7 @@ class _Builder:
         )
 
     def _online(self, item: Mapping[str, Any], path: JsonPath, uids: dict[str, JsonPath]) -> OnlinePod:
-        w = snapshot_from_dict({"node": {}, "workloads": [item["pod"]]}).workloads[0]
+        w = snapshot_from_dict(with_numbers({"node": {}, "workloads": [item["pod"]]})).workloads[0]
         if w.uid in uids:
             self.problem(
                 (*path, "pod", "uid"),
@@ -408,7 +408,7 @@ class _Builder:
                     )
                 if self._facts(s["snapshot"], (*path, "snapshot")):
                     continue
-                snap = snapshot_from_dict({**s["snapshot"], "time": start + offset})
+                snap = snapshot_from_dict({**with_numbers(s["snapshot"]), "time": start + offset})
                 out.append(Sample(i, offset, snapshot=snap))
                 continue
             for name in s.get("batch") or {}:

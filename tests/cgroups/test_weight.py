@@ -1,7 +1,7 @@
 """cpu.shares <-> cpu.weight, checked against the anchors' own numbers.
 
 Each table names the upstream test whose cases it re-expresses; the numbers are theirs, the tests are
-ours. Where qosd deliberately differs (out-of-range input is clamped, not rejected) the case says so.
+ours. Out-of-range input is refused (OutOfRange), as Koordinator refuses it, never clamped.
 Koordinator's koordlet and the kubelet (KEP-2254) use the linear formula
 ``1 + ((shares - 2) * 9999) / 262142``; runc >= 1.3.2 and crun >= 1.23 the quadratic one.
 """
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from engine.cgroups.weight import (
     WEIGHT_FORMULAS,
+    OutOfRange,
     WeightFormula,
     clamp_shares,
     shares_to_weight,
@@ -43,33 +44,48 @@ def test_shares_to_weight_both_formulas(shares: int, linear: int, quadratic: int
 
 @pytest.mark.parametrize(
     ("shares", "weight"),
-    [(1000, 39), (1024, 39), (2, 1), (262144, 10000), (2000, 77), (50000, 1908), (0, 1)],
+    [(1000, 39), (1024, 39), (2, 1), (262144, 10000), (2000, 77), (50000, 1908)],
 )
 def test_linear_formula_koordinator(shares: int, weight: int) -> None:
-    """koordinator pkg/koordlet/util/system/cgroup2_test.go TestConvertCPUSharesToWeight. Koordinator
-    rejects "0"; qosd clamps it to the kernel minimum of 2 shares, so it becomes weight 1."""
+    """koordinator pkg/koordlet/util/system/cgroup2_test.go TestConvertCPUSharesToWeight."""
     assert shares_to_weight(shares, "linear") == weight
 
 
 @pytest.mark.parametrize(
     ("shares", "weight"),
-    [(1, 1), (2, 1), (3, 2), (1024, 100), (262143, 10000), (262144, 10000), (262145, 10000), (0, 1)],
+    [(2, 1), (3, 2), (1024, 100), (262143, 10000), (262144, 10000)],
 )
 def test_quadratic_formula_runc(shares: int, weight: int) -> None:
     """opencontainers/cgroups utils_test.go TestConvertCPUSharesToCgroupV2Value (the runc#4772
-    change): min, just above min, default, just below max, max and both out-of-range sides. runc
-    maps 0 to 0 ("unset"); qosd always has a value to write, so 0 clamps like 1."""
+    change): min, just above min, default, just below max, max. Its out-of-range sides (0 -> "unset",
+    1, 262145) are refused here, below."""
     assert shares_to_weight(shares, "quadratic") == weight
 
 
 @pytest.mark.parametrize(
     ("weight", "shares"),
-    [(1, 2), (10000, 262144), (0, 2), (10001, 262144), (-1, 2), (2, 28), (100, 2597)],
+    [(1, 2), (10000, 262144), (2, 28), (100, 2597)],
 )
 def test_linear_inverse_koordinator(weight: int, shares: int) -> None:
-    """koordinator cgroup2_test.go TestConvertCPUWeightToShares: 1 -> 2 and 10000 -> 262144. The
-    inputs it rejects (0, 10001, -1) are clamped here. 2 and 100 pin the kubelet's integer formula."""
+    """koordinator cgroup2_test.go TestConvertCPUWeightToShares: 1 -> 2 and 10000 -> 262144. 2 and
+    100 pin the kubelet's integer formula."""
     assert weight_to_shares(weight, "linear") == shares
+
+
+@pytest.mark.parametrize("formula", WEIGHT_FORMULAS)
+@pytest.mark.parametrize("shares", [0, 1, -1, 262145, 10**12])
+def test_out_of_range_shares_are_refused_not_clamped(shares: int, formula: WeightFormula) -> None:
+    """TestConvertCPUSharesToWeight "0" wants an error; qosd used to write weight 1 for it."""
+    with pytest.raises(OutOfRange, match=rf"cpu\.shares {shares} is outside the kernel's range \[2, 262144\]"):
+        shares_to_weight(shares, formula)
+
+
+@pytest.mark.parametrize("formula", WEIGHT_FORMULAS)
+@pytest.mark.parametrize("weight", [0, 10001, -1])
+def test_out_of_range_weights_are_refused_not_clamped(weight: int, formula: WeightFormula) -> None:
+    """TestConvertCPUWeightToShares 0, 10001 and -1 want an error; qosd used to write 2 and 262144."""
+    with pytest.raises(OutOfRange, match=rf"cpu\.weight {weight} is outside the kernel's range \[1, 10000\]"):
+        weight_to_shares(weight, formula)
 
 
 def test_linear_inverse_is_not_exact() -> None:
@@ -103,16 +119,16 @@ def test_unknown_formula_is_refused() -> None:
         weight_to_shares(100, "systemd")  # type: ignore[arg-type]
 
 
-@given(st.integers(-1_000, 400_000), st.integers(-1_000, 400_000), st.sampled_from(WEIGHT_FORMULAS))
+@given(st.integers(2, 262_144), st.integers(2, 262_144), st.sampled_from(WEIGHT_FORMULAS))
 def test_weight_formulas_monotonic_and_bounded(a: int, b: int, formula: WeightFormula) -> None:
     """Both formulas keep share order (a pod with more shares never gets less weight) and stay in
-    the range the kernel accepts for cpu.weight, for any input including out-of-range shares."""
+    the range the kernel accepts for cpu.weight."""
     low, high = sorted((a, b))
     w_low, w_high = shares_to_weight(low, formula), shares_to_weight(high, formula)
     assert 1 <= w_low <= w_high <= 10000
 
 
-@given(st.integers(-100, 20_000), st.integers(-100, 20_000), st.sampled_from(WEIGHT_FORMULAS))
+@given(st.integers(1, 10_000), st.integers(1, 10_000), st.sampled_from(WEIGHT_FORMULAS))
 def test_inverse_formulas_monotonic_and_bounded(a: int, b: int, formula: WeightFormula) -> None:
     low, high = sorted((a, b))
     assert 2 <= weight_to_shares(low, formula) <= weight_to_shares(high, formula) <= 262144

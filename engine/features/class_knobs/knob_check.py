@@ -1,7 +1,9 @@
 """The check of an expression knob (a class's cpu/memory knob, a setCgroup value): it must parse, read
 only pod, container and node, and not be one that can only fail or only yield a value its file
-refuses. It evaluates the knob as the tick would, on synthetic pods and a node with typical facts,
-so that what passes ``qosd validate`` does not fail every tick."""
+refuses. It evaluates the knob as the tick would, on synthetic pods (and their container, for a knob
+of each container's cgroup) and a node with typical facts, with a typical ``current`` value, so
+that what passes ``qosd validate`` does not fail every tick. It also checks the bounds relative to
+``current`` (``deadBandPercent``, ``maxGrowthPercent``)."""
 
 from __future__ import annotations
 
@@ -15,16 +17,29 @@ from engine.cgroups.files import value_problem
 from engine.config.errors import Checker, short
 from engine.config.load import JsonPath
 from engine.config.render import ENV, RenderError
-from engine.features.class_knobs.knobs import compile_knob
+from engine.features.class_knobs.knobs import compile_knob, resource_of
 from engine.model.factnames import registry
 from engine.model.facts import Container, Workload
 
-EXPR_VARIABLES = frozenset({"pod", "container", "node"})
+EXPR_VARIABLES = frozenset({"pod", "container", "node", "current"})
 
 
-def check_knob(c: Checker, path: JsonPath, knob: Any, file: str | None, pods: bool) -> None:
-    """An expression knob must parse, read only pod/container/node, and (``_try_expression``) not be
-    one that can only fail or only yield a value ``file`` refuses."""
+def check_knob(
+    c: Checker, path: JsonPath, knob: Any, file: str | None, pods: bool, *, containers: bool = False
+) -> None:
+    """An expression knob must parse, read only pod/container/node/current, and
+    (``_try_expression``) not be one that can only fail or only yield a value ``file`` refuses;
+    ``container`` only where the value is for a container's own cgroup (``containers``). A growth
+    cap must be above the dead band, else the value could never grow."""
+    if isinstance(knob, dict):
+        band, growth = knob.get("deadBandPercent"), knob.get("maxGrowthPercent")
+        if band is not None and growth is not None and growth <= band:
+            c.add(
+                (*path, "maxGrowthPercent"),
+                f"maxGrowthPercent {short(growth)} is not above deadBandPercent {short(band)}: every "
+                "increase it allows is inside the dead band, so the value could never grow",
+                "raise maxGrowthPercent above the dead band, or lower the dead band",
+            )
     if isinstance(knob, dict) and "expr" in knob:
         try:
             ast = ENV.parse("{{ " + knob["expr"] + " }}")
@@ -33,14 +48,23 @@ def check_knob(c: Checker, path: JsonPath, knob: Any, file: str | None, pods: bo
             return
         names = meta.find_undeclared_variables(ast)
         unknown = names - EXPR_VARIABLES
+        if "container" in names and not containers and not unknown:
+            c.add(
+                (*path, "expr"),
+                f"expression {short(knob['expr'])} reads container, but this value is for a "
+                "pod or path cgroup",
+                "container is defined for the values of each container's own cgroup (setCgroup "
+                "containers, class cpu.cfsQuota and cpu.burst)",
+            )
+            return
         if unknown:
             c.add(
                 (*path, "expr"),
                 f"expression {short(knob['expr'])} uses unknown name(s) {', '.join(sorted(unknown))}",
-                "cgroup expressions may read pod, container and node",
+                "cgroup expressions may read pod, container, node and current",
             )
             return
-        _try_expression(c, (*path, "expr"), knob, file, pods, constant=not names)
+        _try_expression(c, (*path, "expr"), knob, file, pods, constant=not names, containers=containers)
 
 
 # Errors of an expression that no pod can avoid: the template limits (SecurityError) and numbers
@@ -116,8 +140,19 @@ def _is_number(text: str) -> bool:
     return True
 
 
+# A typical current value by resource, in the unit knobs compute in (cores, bytes).
+_TYPICAL_CURRENT = {"cpu": 1.0, "memory": float(1 << 30)}
+
+
 def _try_expression(
-    c: Checker, path: JsonPath, knob: dict[str, Any], file: str | None, pods: bool, *, constant: bool
+    c: Checker,
+    path: JsonPath,
+    knob: dict[str, Any],
+    file: str | None,
+    pods: bool,
+    *,
+    constant: bool,
+    containers: bool = False,
 ) -> None:
     """Evaluate an expression knob once per sample (a pod of each shape when it targets pods, else no
     pod) on a node with typical facts, as the tick would. Refused: a failure of the template limits
@@ -135,9 +170,11 @@ def _try_expression(
     )
     refused: list[str] = []
     yielded = 0
+    current = _TYPICAL_CURRENT[resource_of(file or "")]
     for what, w in samples:
+        ctr = w.containers[0] if containers and w is not None else None
         try:
-            text = fn(w, node)
+            text = fn(w, node, ctr, current)
         except RenderError as exc:
             if constant:
                 c.add(

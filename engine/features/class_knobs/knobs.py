@@ -6,8 +6,12 @@ files take cores. Cores become what each CPU file holds the way the kubelet and 
 quota and burst in microseconds per 100 ms period, cpu.shares as MilliCPUToShares (1024 per core,
 clamped to the kernel's [2, 262144]) and cpu.weight as those shares through a shares -> weight
 formula (``engine.cgroups.weight``). Expressions are compiled once per policy generation in the
-template sandbox and see ``pod`` (requests, limits, name, namespace, labels, annotations, priority)
-and ``node``.
+template sandbox and see ``pod`` (requests, limits, name, namespace, labels, annotations, priority),
+``node``, ``container`` (name, requests, limits: the container whose own cgroup the value is for;
+undefined for a pod or path cgroup) and ``current`` (the file's current value in the knob's unit,
+none when unknown or unlimited; ``engine.features.class_knobs.current`` says where it comes from).
+``deadBandPercent`` and ``maxGrowthPercent`` beside ``expr`` or ``percent`` bound a computed value
+relative to ``current``: that is what turns an expression into a stepped controller.
 
 The conversions are pure functions so that the anchors' own numbers can be checked against them
 (tests/test_knobs.py): milli-CPU -> shares/quota, CPU burst
@@ -18,8 +22,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Collection, Iterable, Mapping
+from functools import cache
+from typing import Any, Literal, Protocol
+
+from jinja2 import TemplateSyntaxError, meta
 
 from engine.cgroups.files import host_files
 from engine.cgroups.weight import (
@@ -32,14 +39,39 @@ from engine.cgroups.weight import (
     shares_to_weight,
 )
 from engine.config.policy import OomPriority
-from engine.config.render import RenderError, bounded_expression
+from engine.config.render import ENV, RenderError, bounded_expression
 from engine.config.render import weight as template_weight
 from engine.model.facts import Container, Workload
 
 PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000  # the kernel rejects a CFS quota under 1 ms
 
-KnobFn = Callable[[Workload | None, Mapping[str, Any]], str | None]
+
+
+class KnobFn(Protocol):
+    """A compiled knob: (pod, node facts, the container whose own cgroup it is for, the file's
+    current value in the knob's unit) -> the file's text, or None when it cannot apply."""
+
+    def __call__(
+        self,
+        w: Workload | None,
+        node: Mapping[str, Any],
+        container: Container | None = None,
+        current: float | None = None,
+        /,
+    ) -> str | None: ...
+
+
+def const_knob(text: str) -> KnobFn:
+    """A knob that always gives ``text``."""
+
+    def constant(
+        w: Workload | None, node: Mapping[str, Any], container: Container | None = None,
+        current: float | None = None, /,
+    ) -> str | None:
+        return text
+
+    return constant
 
 
 def resource_of(file: str) -> str:
@@ -242,56 +274,197 @@ def _literal(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
+RELATIVE_KEYS = ("deadBandPercent", "maxGrowthPercent")
+MEMO_LIMIT = 8192  # cached results of one expression knob (pods x containers x current values)
+
+
+@cache
+def expression_names(expr: str) -> frozenset[str]:
+    """The names an expression reads (``pod``, ``container``, ``node``, ``current``); empty when it
+    does not parse (the check reports that)."""
+    try:
+        return frozenset(meta.find_undeclared_variables(ENV.parse("{{ " + expr + " }}")))
+    except TemplateSyntaxError:
+        return frozenset()
+
+
+def knob_reads(knob: Any, name: str) -> bool:
+    """Whether ``knob`` reads ``name``: an expression that names it; ``current`` also for a knob
+    with a dead band or growth cap, which are relative to the current value."""
+    if not isinstance(knob, Mapping):
+        return False
+    if name == "current" and any(k in knob for k in RELATIVE_KEYS):
+        return True
+    return "expr" in knob and name in expression_names(str(knob["expr"]))
+
+
+def relative(value: float, current: float | None, dead_band: float, growth: float | None) -> float:
+    """``value`` bounded relative to the current one: raised by at most ``growth`` percent of
+    ``current`` and, when within ``dead_band`` percent of ``current``, ``current`` itself (no
+    write). Unchanged when the current value is unknown or unlimited (None) or not positive: there is
+    nothing to be relative to, so the first value stands."""
+    if current is None or current <= 0:
+        return value
+    if growth is not None:
+        value = min(value, current * (1 + growth / 100.0))
+    if abs(value - current) <= current * dead_band / 100.0:
+        return current
+    return value
+
+
+def current_value(file: str, text: str | None) -> float | None:
+    """A file's text in the unit its knobs compute in: cores for CPU quota, burst and shares (1024
+    per core; a cpu.weight through the default formula's inverse is not attempted: None), bytes
+    for memory files, the number itself otherwise. None when absent, unlimited ("max", -1, the
+    v1 page-rounded 2^63) or not a number."""
+    if text is None:
+        return None
+    parts = text.split()
+    if not parts or parts[0] in ("max", "-1"):
+        return None
+    try:
+        number = float(parts[0])
+    except ValueError:
+        return None
+    if not math.isfinite(number):
+        return None
+    if file in ("cpu.max", "cpu.cfs_quota_us") or file in BURST_FILES:
+        period = PERIOD_US
+        if file == "cpu.max" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) > 0:
+            period = int(parts[1])
+        return number / period
+    if file == "cpu.shares":
+        return number / SHARES_DEFAULT
+    if file == "cpu.weight":
+        return None
+    if file.startswith("memory.") and number >= 2**62:
+        return None  # v1's "no limit" is 2^63 rounded down to a page
+    return number
+
+
+def sum_texts(file: str, texts: Iterable[str]) -> str | None:
+    """A pod's value as the sum of its containers' values (``{sum: containers}``), in the file's own
+    text: numbers add up; any container without a limit ("max", -1) leaves the pod without one, as
+    the kubelet leaves a pod's quota unset when one container has no CPU limit; cpu.max keeps the
+    first container's period. None when no container gave a value."""
+    total = 0
+    period: str | None = None
+    seen = False
+    for text in texts:
+        parts = text.split()
+        if not parts:
+            continue
+        if parts[0] in ("max", "-1"):
+            return f"max {parts[1] if len(parts) > 1 else PERIOD_US}" if file == "cpu.max" else parts[0]
+        if not parts[0].lstrip("-").isdigit():
+            return None
+        seen = True
+        total += int(parts[0])
+        if period is None and len(parts) > 1:
+            period = parts[1]
+    if not seen:
+        return None
+    return f"{total} {period or PERIOD_US}" if file == "cpu.max" else str(total)
+
+
 def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None = None) -> KnobFn:
-    """A function (pod, node facts) -> file text, or None when the knob cannot apply to that pod.
+    """A function (pod, node facts, container, current) -> file text, or None when the knob cannot
+    apply to that pod (or container).
 
     Literal numbers and strings are written as given (a cpu.weight of 100 is a weight). ``{shares: N}``
     is a CPU share count: as is for cpu.shares, converted for cpu.weight. Percents and expressions
     yield cores for CPU files and go through the kubelet conversions; cpu.weight then through
-    ``weight_formula`` (None: ``DEFAULT_WEIGHT_FORMULA`` at compile time). A burst file given as a
-    percent of the limit is Koordinator's cpuBurstPercent, summed per container (``pod_burst_us``).
+    ``weight_formula`` (None: ``DEFAULT_WEIGHT_FORMULA`` at compile time). A percent is of the
+    container's own request or limit when a container is given, else of the pod's. A burst file
+    given as a percent of the limit is Koordinator's cpuBurstPercent: a container's own, or the
+    pod's sum over its containers (``pod_burst_us``). ``deadBandPercent`` / ``maxGrowthPercent``
+    bound a percent's or expression's number relative to ``current`` (``relative``).
     """
     formula: WeightFormula = DEFAULT_WEIGHT_FORMULA if weight_formula is None else weight_formula
     if formula not in WEIGHT_FORMULAS:
         raise ValueError(f"unknown cpu.weight formula {formula!r}; one of {', '.join(WEIGHT_FORMULAS)}")
     if isinstance(knob, bool):
-        text = "1" if knob else "0"
-        return lambda _w, _n: text
+        return const_knob("1" if knob else "0")
     if isinstance(knob, int):
-        literal = str(knob)  # exact: 9223372036854775807 as a float would round up past 2**63 - 1
-        return lambda _w, _n: literal
+        return const_knob(str(knob))  # exact: 9223372036854775807 as a float would round up past 2**63 - 1
     if isinstance(knob, float):
-        literal = _literal(knob)
-        return lambda _w, _n: literal
+        return const_knob(_literal(knob))
     if isinstance(knob, str):
-        return lambda _w, _n: knob
+        return const_knob(knob)
     if "shares" in knob:
-        shares = clamp_shares(int(knob["shares"]))
-        text = str(shares_to_weight(shares, formula) if file == "cpu.weight" else shares)
-        return lambda _w, _n: text
+        # Out of [2, 262144] raises OutOfRange for cpu.weight (validation refuses it first, located)
+        # and is written as given for cpu.shares, where the planner refuses it.
+        shares = int(knob["shares"])
+        return const_knob(str(shares_to_weight(shares, formula) if file == "cpu.weight" else shares))
+    dead_band = float(knob.get("deadBandPercent", 0.0))
+    growth = float(knob["maxGrowthPercent"]) if "maxGrowthPercent" in knob else None
+
+    def number(value: float, current: float | None) -> str | None:
+        return _render_number(file, relative(value, current, dead_band, growth), formula)
+
     if "percent" in knob:
         percent, of = float(knob["percent"]), str(knob["of"])
         resource = resource_of(file)
         koord_burst = of == "limit" and file in BURST_FILES
 
-        def percent_of(w: Workload | None, node: Mapping[str, Any]) -> str | None:
+        def percent_of(
+            w: Workload | None, node: Mapping[str, Any], ctr: Container | None = None,
+            current: float | None = None, /,
+        ) -> str | None:
+            base: Any
             if of == "allocatable":
                 base = node.get(f"{resource}.allocatable_{'bytes' if resource == 'memory' else 'cores'}")
             elif w is None:
                 return None
             elif koord_burst:
-                return str(pod_burst_us(w.containers, percent))
+                us = (
+                    container_burst_us(ctr.limits.get("cpu"), percent)
+                    if ctr is not None
+                    else pod_burst_us(w.containers, percent)
+                )
+                return number(us / PERIOD_US, current)
+            elif ctr is not None:
+                base = (ctr.requests if of == "request" else ctr.limits).get(resource)
             else:
                 base = w.request(resource) if of == "request" else w.limit(resource)
             if not base:
                 return None
-            return _render_number(file, float(base) * percent / 100.0, formula)
+            return number(float(base) * percent / 100.0, current)
 
         return percent_of
-    expression = bounded_expression(str(knob["expr"]))  # the limits of rule templates, per call
+    expr = str(knob["expr"])
+    expression = bounded_expression(expr)  # the limits of rule templates, per call
+    # An expression that does not read node facts gives the same text for the same pod object,
+    # container and current value: a steady state (a controller at its floor or limit) then costs a
+    # dict lookup per container instead of a sandboxed template call (~50 us idle, 200 us loaded).
+    # Sources reuse unchanged pod objects between ticks; the cache is dropped when it grows past
+    # MEMO_LIMIT (pods come and go) and with the generation that compiled it.
+    memo: dict[tuple[Any, ...], str | None] | None = None if "node" in expression_names(expr) else {}
 
-    def evaluate(w: Workload | None, node: Mapping[str, Any]) -> str | None:
-        context = {"node": dict(node), "pod": _pod_context(w) if w is not None else {}}
+    def evaluate(
+        w: Workload | None, node: Mapping[str, Any], ctr: Container | None = None,
+        current: float | None = None, /,
+    ) -> str | None:
+        if memo is None:
+            return compute(w, node, ctr, current)
+        key = (w, ctr.name if ctr is not None else None, current)
+        if key in memo:
+            return memo[key]
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        text = memo[key] = compute(w, node, ctr, current)
+        return text
+
+    def compute(
+        w: Workload | None, node: Mapping[str, Any], ctr: Container | None, current: float | None
+    ) -> str | None:
+        context: dict[str, Any] = {
+            "node": dict(node),
+            "pod": _pod_context(w) if w is not None else {},
+            "current": current,
+        }
+        if ctr is not None:
+            context["container"] = _container_context(ctr)
         try:
             value = expression(**context)
             template_weight(value)
@@ -299,10 +472,10 @@ def compile_knob(file: str, knob: Any, *, weight_formula: WeightFormula | None =
             # (node.no_such_fact) raises UndefinedError only here.
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return None if value is None else str(value)
-            return _render_number(file, float(value), formula)
+            return number(float(value), current)
         except Exception as exc:  # a bad expression must not stop the tick
             # The cause is kept: validation tells a limit (SecurityError) from a pod-dependent failure.
-            raise RenderError(f"expression {knob['expr']!r} failed: {exc}") from exc
+            raise RenderError(f"expression {expr!r} failed: {exc}") from exc
 
     return evaluate
 
@@ -316,4 +489,13 @@ def _pod_context(w: Workload) -> dict[str, Any]:
         "priority": w.priority,
         "requests": {"cpu": w.request("cpu"), "memory": w.request("memory")},
         "limits": {"cpu": w.limit("cpu"), "memory": w.limit("memory")},
+    }
+
+
+def _container_context(c: Container) -> dict[str, Any]:
+    """A container as its knob expressions see it: its own requests and limits (none when unset)."""
+    return {
+        "name": c.name,
+        "requests": {"cpu": c.requests.get("cpu", 0.0), "memory": c.requests.get("memory", 0.0)},
+        "limits": {"cpu": c.limits.get("cpu"), "memory": c.limits.get("memory")},
     }

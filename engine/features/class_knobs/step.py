@@ -70,10 +70,13 @@ from engine.features.class_knobs.knobs import (
     KnobFn,
     burst_file,
     compile_knob,
+    const_knob,
     cores_to_milli,
     cpu_idle_value,
     katalyst_burst_us,
+    knob_reads,
     milli_cpu_to_quota,
+    sum_texts,
 )
 from engine.features.memory_qos.reconcile import (
     MemoryQosAsk,
@@ -138,8 +141,11 @@ def _normalise(file: str, fn: KnobFn) -> KnobFn:
     if file not in ("cpu.max", "cpu.cfs_quota_us", "memory.max", "memory.limit_in_bytes"):
         return fn
 
-    def normalised(w: Workload | None, node: Mapping[str, Any]) -> str | None:
-        text = fn(w, node)
+    def normalised(
+        w: Workload | None, node: Mapping[str, Any], ctr: Container | None = None,
+        current: float | None = None, /,
+    ) -> str | None:
+        text = fn(w, node, ctr, current)
         if text is None:
             return None
         parts = text.split()
@@ -163,9 +169,24 @@ def _share_knob(file: str, key: str, knob: Any, formula: WeightFormula) -> KnobF
         if key == "shares":
             return compile_knob(file, {"shares": int(knob)}, weight_formula=formula)
         if file == "cpu.shares":
-            text = str(weight_to_shares(int(knob), formula))
-            return lambda _w, _n: text
+            return const_knob(str(weight_to_shares(int(knob), formula)))
     return compile_knob(file, knob, weight_formula=formula)
+
+
+@dataclass(frozen=True)
+class _Knob:
+    """One compiled knob of a class: its file, and whether it reads the file's ``current`` value
+    (then its value is remembered) or its ``container`` (then the pod cgroup gets the sum of its
+    containers' values)."""
+
+    file: str
+    fn: KnobFn
+    current: bool = False
+    per_container: bool = False
+
+
+def _knob(file: str, fn: KnobFn, raw: Any = None) -> _Knob:
+    return _Knob(file, fn, knob_reads(raw, "current"), knob_reads(raw, "container"))
 
 
 @dataclass(frozen=True)
@@ -173,8 +194,8 @@ class _ClassPlan:
     """One class's knobs compiled for one cgroup version."""
 
     cls: QoSClass
-    pod_knobs: tuple[tuple[str, KnobFn], ...]
-    container_knobs: tuple[tuple[str, KnobFn], ...]
+    pod_knobs: tuple[_Knob, ...]
+    container_knobs: tuple[_Knob, ...]
     burst_file: str
     burst_policy: str | None
     burst_percent: float
@@ -187,34 +208,34 @@ class _ClassPlan:
 
 def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) -> _ClassPlan:
     cpu, memory = cls.cpu, cls.memory
-    pod: list[tuple[str, KnobFn]] = []
-    ctr: list[tuple[str, KnobFn]] = []
+    pod: list[_Knob] = []
+    ctr: list[_Knob] = []
     inputs: dict[str, Any] = {"class": cls.name, "cgroupVersion": version if version else "unknown"}
     knobs_seen: list[Any] = []
     if cpu.idle is not None:
-        pod.append(("cpu.idle", _const(cpu_idle_value(cpu.idle))))
+        pod.append(_Knob("cpu.idle", const_knob(cpu_idle_value(cpu.idle))))
     share_key, share = ("shares", cpu.shares) if cpu.shares is not None else ("weight", cpu.weight)
     if share is not None:
         if cpu.idle is True:
             inputs["shares"] = "not written: an idle group's weight is fixed by the kernel (cpu.idle 1)"
         else:
             file = _file_on("cpu.shares", 2 if version == 2 else 1)
-            pod.append((file, _share_knob(file, share_key, share, formula)))
+            pod.append(_knob(file, _share_knob(file, share_key, share, formula), share))
             knobs_seen.append(share)
             if file == "cpu.weight" or share_key == "weight":
                 inputs["weightFormula"] = formula
     if cpu.cfs_quota is not None:
         file = _file_on("cpu.cfs_quota_us", 2 if version == 2 else 1)
         fn = _normalise(file, compile_knob(file, cpu.cfs_quota, weight_formula=formula))
-        pod.append((file, fn))
-        ctr.append((file, fn))
+        pod.append(_knob(file, fn, cpu.cfs_quota))
+        ctr.append(_knob(file, fn, cpu.cfs_quota))
         knobs_seen.append(cpu.cfs_quota)
     bfile = burst_file(version if version in (1, 2) else 1)
     policy = cpu.burst_policy
     if cpu.burst is not None and policy is None:
         fn = compile_knob(bfile, cpu.burst, weight_formula=formula)
-        pod.append((bfile, fn))
-        ctr.append((bfile, fn))
+        pod.append(_knob(bfile, fn, cpu.burst))
+        ctr.append(_knob(bfile, fn, cpu.burst))
         knobs_seen.append(cpu.burst)
     limit_file = _file_on("memory.limit_in_bytes", 1 if version == 1 else 2)
     skipped: list[str] = []
@@ -229,10 +250,10 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
         if version == 1 and file in V2_ONLY_MEMORY:
             skipped.append(file)
             continue
-        pod.append((file, _normalise(file, compile_knob(file, knob, weight_formula=formula))))
+        pod.append(_knob(file, _normalise(file, compile_knob(file, knob, weight_formula=formula)), knob))
         knobs_seen.append(knob)
     qos = cls.memory_qos
-    dynamic = any(isinstance(k, Mapping) and "expr" in k for k in knobs_seen)
+    dynamic = any(isinstance(k, Mapping) and ("expr" in k or knob_reads(k, "current")) for k in knobs_seen)
     reads_alloc = any(isinstance(k, Mapping) and k.get("of") == "allocatable" for k in knobs_seen)
     reads_alloc |= qos is not None and bool(qos.percents.throttling_percent)
     return _ClassPlan(
@@ -247,25 +268,6 @@ def _compile_plan(cls: QoSClass, version: int | None, formula: WeightFormula) ->
         dynamic=dynamic,
         reads_allocatable=reads_alloc,
         inputs=MappingProxyType(inputs),
-    )
-
-
-def _const(text: str) -> KnobFn:
-    return lambda _w, _n: text
-
-
-def _container_view(w: Workload, c: Container) -> Workload:
-    """The pod as if ``c`` were its only container, so percent knobs size a container's own cgroup."""
-    return Workload(
-        uid=w.uid,
-        name=w.name,
-        namespace=w.namespace,
-        labels=w.labels,
-        annotations=w.annotations,
-        priority=w.priority,
-        kube_qos=w.kube_qos,
-        cgroup_path=c.cgroup_path,
-        containers=(c,),
     )
 
 
@@ -394,7 +396,7 @@ class ClassKnobStep:
                 cls = index.get(c.class_name) if c.class_name else None
                 if cls is None:
                     continue
-                result = self._pod(w, c, cls, version, asks.get(cls.name), snap, node, alloc, memo)
+                result = self._pod(w, c, cls, version, asks.get(cls.name), snap, node, alloc, memo, t)
                 stable = stable and memo[id(w)].stable
             produced.extend(result.intents)
             for note in result.notes:
@@ -433,6 +435,7 @@ class ClassKnobStep:
         node: Mapping[str, Any],
         alloc: int,
         memo: dict[int, _Memo],
+        t: Tick,
     ) -> _PodResult:
         plan = self.plan(cls, version)
         policy = c.effects.burst_policy or plan.burst_policy
@@ -448,7 +451,7 @@ class ClassKnobStep:
         if old is not None and old.workload is w and old.key == key and not plan.dynamic:
             memo[id(w)] = old
             return old.result
-        result = self._compute(w, c, plan, policy, version, ask, node, alloc, quotas)
+        result = self._compute(w, c, plan, policy, version, ask, snap, node, alloc, quotas, t)
         stable = not (plan.dynamic or plan.reads_allocatable or quotas or ask is not None)
         memo[id(w)] = _Memo(w, key, result, cls.name, stable)
         return result
@@ -461,32 +464,46 @@ class ClassKnobStep:
         burst_policy: str | None,
         version: int | None,
         ask: MemoryQosAsk | None,
+        snap: Snapshot,
         node: Mapping[str, Any],
         alloc: int,
         quotas: tuple[str | None, ...],
+        t: Tick,
     ) -> _PodResult:
         intents: list[CgroupIntent] = []
         notes: list[Skipped] = []
         prov = self._provenance(plan, w)
+        per_file: dict[str, list[str]] = {}  # the containers' values, for pod knobs that sum them
 
-        def emit(path: str, knobs: Iterable[tuple[str, KnobFn]], view: Workload, p: Provenance) -> None:
-            for file, fn in knobs:
-                if burst_policy is not None and file == plan.burst_file:
+        def emit(path: str, knobs: Iterable[_Knob], ctr: Container | None, out: list[CgroupIntent]) -> None:
+            for k in knobs:
+                if burst_policy is not None and k.file == plan.burst_file:
                     continue  # the pod's Katalyst burst policy replaces the class's burst knob
-                try:
-                    value = fn(view, node)
-                except RenderError as exc:
-                    notes.append(Skipped(RULE, f"class {plan.cls.name}: {path}/{file}: {exc.message}"))
+                if ctr is None and k.per_container:
+                    value = sum_texts(k.file, per_file.get(k.file, ()))
+                else:
+                    current = t.current(snap, path, k.file) if k.current else None
+                    try:
+                        value = k.fn(w, node, ctr, current)
+                    except RenderError as exc:
+                        notes.append(Skipped(RULE, f"class {plan.cls.name}: {path}/{k.file}: {exc.message}"))
+                        continue
+                if value is None:
                     continue
-                if value is not None:
-                    intents.append(CgroupIntent(path, file, value, w.key, p))
+                if ctr is not None:
+                    per_file.setdefault(k.file, []).append(value)
+                if k.current:
+                    t.remember(path, k.file, value)
+                out.append(CgroupIntent(path, k.file, value, w.key, prov))
 
-        if w.cgroup_path:
-            emit(w.cgroup_path, plan.pod_knobs, w, prov)
         containers = list(_app_containers(w))
+        ctr_intents: list[CgroupIntent] = []
         if plan.container_knobs:
             for ctr in containers:
-                emit(ctr.cgroup_path, plan.container_knobs, _container_view(w, ctr), prov)
+                emit(ctr.cgroup_path, plan.container_knobs, ctr, ctr_intents)
+        if w.cgroup_path:
+            emit(w.cgroup_path, plan.pod_knobs, None, intents)
+        intents.extend(ctr_intents)
         if burst_policy is not None:
             intents.extend(self._katalyst_burst(w, c, plan, burst_policy, containers, quotas, prov))
         if plan.v1_memory_skipped:

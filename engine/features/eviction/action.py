@@ -14,6 +14,8 @@ from typing import Any
 from engine.config.policy import Effects
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import EMPTY_ITEM, ItemFacts
+from engine.features.eviction import allocatable
+from engine.features.eviction.allocatable_spec import RequestOverAllocatable
 from engine.features.eviction.pressure import (
     MEMORY_ENHANCEMENT,
     BeCpu,
@@ -61,7 +63,8 @@ def evict(ctx: ActionContext) -> bool:
     audit = rule.mode == "audit"
     trigger_spec = spec.trigger
     limit_values = [v for v in (spec.max_per_round, rule.per_round) if v is not None]
-    has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction)
+    # These triggers set the release target themselves.
+    has_target = spec.release.has_target or isinstance(trigger_spec, BeSatisfaction | RequestOverAllocatable)
     limit = min(limit_values) if limit_values else (math.inf if has_target else 1)
     # Per matched NUMA node without a release target: one victim each (Katalyst's TopN=1),
     # all of them together within maxPerRound.
@@ -267,6 +270,12 @@ def _trigger(ctx: ActionContext, victims: Victims, spec: Trigger, pool: Sequence
         return _tolerance(ctx, spec, eligible_pool)
     if isinstance(spec, ReclaimedOvercommit):
         return _overcommit(ctx, spec, eligible_pool)
+    if isinstance(spec, RequestOverAllocatable):
+        # The check guarantees maxPriority; the sum covers every pod of the band, opted in or not.
+        published = ctx.snap.allocatable.get(spec.extended)
+        return allocatable.trigger(
+            spec, ctx.snap.workloads, eligible_pool, published, victims.max_priority or 0
+        )
     return _satisfaction(ctx, victims, spec, [c.workload for c in eligible_pool])
 
 

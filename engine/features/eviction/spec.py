@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from engine.config.errors import Checker
 from engine.config.load import JsonPath
+from engine.features.eviction.allocatable_spec import RequestOverAllocatable, config_error
 from engine.features.eviction.pressure import (
     DEFAULT_RSS_OVERUSE_THRESHOLD,
     RECLAIMED_MILLICPU,
@@ -135,7 +136,7 @@ class BeSatisfaction:
         return max(self.window, self.collect_interval)
 
 
-Trigger = RssOveruse | SuppressionTolerance | ReclaimedOvercommit | BeSatisfaction
+Trigger = RssOveruse | SuppressionTolerance | ReclaimedOvercommit | BeSatisfaction | RequestOverAllocatable
 
 
 def trigger_of(raw: Mapping[str, Any]) -> Trigger | None:
@@ -170,6 +171,12 @@ def trigger_of(raw: Mapping[str, Any]) -> Trigger | None:
             collect_interval=_duration(cfg, "collectInterval", 1.0),
             limit=str(cfg.get("limit", "realLimit")),
             request_resource=str(cfg.get("requestResource", DEFAULT_BATCH_CPU)),
+        )
+    if kind == "requestOverAllocatable":
+        return RequestOverAllocatable(
+            resource=str(cfg["resource"]),
+            threshold_percent=int(cfg["thresholdPercent"]),
+            lower_percent=int(cfg["lowerPercent"]),
         )
     raise ValueError(f"unknown evict trigger {kind!r}")
 
@@ -267,13 +274,32 @@ def _check_trigger(c: Checker, p: JsonPath, params: Mapping[str, Any], when: Con
             "while it does not hold, and stale timers would evict at once when it holds again",
             "remove the rule's `when`: the trigger itself decides (Katalyst runs the check every round)",
         )
-    if ("suppressionTolerance" in trigger or "reclaimedOvercommit" in trigger) and "orderBy" in params:
+    own_order = ("suppressionTolerance", "reclaimedOvercommit", RequestOverAllocatable.kind)
+    if any(k in trigger for k in own_order) and "orderBy" in params:
         kind = next(iter(trigger))
         c.add(
             (*p, "orderBy"),
             f"trigger {kind} evicts in its anchor's own order, so orderBy would be ignored",
             "remove orderBy from this evict action",
         )
+    alloc = trigger.get("requestOverAllocatable")
+    if isinstance(alloc, dict):
+        max_priority = (params.get("victims") or {}).get("maxPriority")
+        error = config_error(alloc.get("thresholdPercent"), alloc.get("lowerPercent"), max_priority)
+        if error:
+            c.add(
+                (*p, "trigger", RequestOverAllocatable.kind),
+                error,
+                "Koordinator skips MemoryAllocatableEvict / CPUAllocatableEvict with such a config",
+            )
+        release = (params.get("release") or {}).get("resource", "memory")
+        if release != alloc.get("resource"):
+            c.add(
+                (*p, "release", "resource"),
+                f"release.resource {release!r} is not the trigger's resource {alloc.get('resource')!r}: "
+                "the trigger's target is an amount of that resource's requests",
+                f"set release: {{resource: {alloc.get('resource')}}}",
+            )
     sat = trigger.get("beSatisfaction")
     if isinstance(sat, dict):
         error = satisfaction_config_error(sat.get("lowerPercent"), sat.get("upperPercent"))

@@ -55,7 +55,7 @@ def memory_guard_action(ctx: ActionContext) -> bool:
     }
     if version != 1:
         inputs["memoryHigh"] = f"0.95 x {guard.root.memory_max} = {guard.root.memory_high}"
-    provenance = ctx.first_provenance(inputs)
+    provenance = ctx.node_provenance(inputs)
     for file, value in files.items():
         ctx.tick.intents.append(CgroupIntent(cgroup, file, value, None, provenance))
     return True

@@ -101,6 +101,14 @@ def pod_memory_qos_intents(
         return None
     who = f"rule {ask.rule}" if ask is not None else class_who
     rule = ask.rule if ask is not None else class_rule
+    configured = qos
+    qos, ignored = configured.for_pod(w.annotations)
+    if ignored:
+        notes.append(Skipped(rule, f"{who}: annotation {qos.pod_annotation} of {w.key} ignored: {ignored}"))
+    # The pod's own overlay, in the provenance of what it changed.
+    overlay = (
+        {"podAnnotation": w.annotations.get(configured.pod_annotation or "")} if qos is not configured else {}
+    )
 
     def provenance(**extra: Any) -> Provenance:
         if ask is None:
@@ -128,11 +136,11 @@ def pod_memory_qos_intents(
         notes.append(Skipped(rule, f"{who}: memory QoS of {w.key} not computed: {exc}"))
         return None
     if w.cgroup_path:
-        p = provenance(memoryQos=list(pod.steps), request=request, resource=res)
+        p = provenance(memoryQos=list(pod.steps), request=request, resource=res, **overlay)
         for file, value in (*pod.files().items(), *qos.files):
             intents.append(CgroupIntent(w.cgroup_path, file, value, w.key, p))
     for ctr, prot in per_ctr:
-        p = provenance(memoryQos=list(prot.steps), container=ctr.name, resource=res)
+        p = provenance(memoryQos=list(prot.steps), container=ctr.name, resource=res, **overlay)
         for file, value in (*prot.files().items(), *qos.files):
             intents.append(CgroupIntent(ctr.cgroup_path, file, value, w.key, p))
     dirs = kube_qos_dirs(w)

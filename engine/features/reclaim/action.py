@@ -186,5 +186,5 @@ def publish(ctx: ActionContext) -> bool:
         "unit": "cores" if resource == "cpu" else "bytes",
         "formula": formula,
     }
-    t.intents.append(NodeIntent("publish", MappingProxyType(params_out), ctx.first_provenance(result.inputs)))
+    t.intents.append(NodeIntent("publish", MappingProxyType(params_out), ctx.node_provenance(result.inputs)))
     return True

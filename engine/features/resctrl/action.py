@@ -28,7 +28,7 @@ def set_resctrl(ctx: ActionContext) -> bool:
     source = f"rule {ctx.name}" + (f" (class {class_name})" if class_name else "")
     inputs = {"class": class_name, "group": group}
     ctx.tick.resctrl.append(
-        ResctrlAsk(ctx.name, class_name, GroupRequest(group, l3, mb, source), ctx.first_provenance(inputs))
+        ResctrlAsk(ctx.name, class_name, GroupRequest(group, l3, mb, source), ctx.node_provenance(inputs))
     )
     # Without resctrl nothing can change: the rule does not count as acting (no cooldown, not in
     # `fired`), and the step says so once for the whole tick rather than once per rule.

@@ -1,6 +1,7 @@
 """Conditions as data -> a typed condition tree, checked against the fact registry.
 
-A condition is ``{all: [...]}``, ``{any: [...]}``, ``{not: {...}}`` or ``{<fact>: {<op>: value, ...}}``.
+A condition is ``{all: [...]}``, ``{any: [...]}``, ``{not: {...}}`` or ``{<fact>: {<op>: value, ...}}``;
+a mapping with several of them means all of them.
 Parsing resolves every fact name once per generation, so evaluators (the Python compiler and the
 durable-rules backend) never see an unknown fact or a string where a number belongs.
 """
@@ -104,9 +105,16 @@ def parse_condition(
     class_names: tuple[str, ...],
     problems: list[Problem],
 ) -> Condition | None:
-    """Parse a schema-valid condition; append located problems for everything semantically wrong."""
-    if not isinstance(raw, dict) or len(raw) != 1:
+    """Parse a schema-valid condition; append located problems for everything semantically wrong.
+
+    A mapping with several keys (facts, ``all``, ``any``, ``not``) means all of them, in the order
+    written: ``{a: {gt: 1}, b: {lt: 2}}`` is ``{all: [{a: {gt: 1}}, {b: {lt: 2}}]}``, the reading every
+    other mapping of the language has, so nobody has to wrap two facts in ``all``."""
+    if not isinstance(raw, dict) or not raw:
         return None
+    if len(raw) > 1:
+        parts = [parse_condition({k: v}, path, locate, class_names, problems) for k, v in raw.items()]
+        return AllOf(tuple(p for p in parts if p is not None))
     key, value = next(iter(raw.items()))
     sub = (*path, key)
     if key in ("all", "any"):

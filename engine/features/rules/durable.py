@@ -31,6 +31,9 @@ How conditions become rulesets (data, not decorators)
     ``x > t`` is ``{"$gt": {"a3": t}}``, which durable already treats as false when ``a3`` is absent;
     its negation is ``{"$or": [{"$nex": {"a3": 1}}, {"$lte": {"a3": t}}]}``; ``in`` is an ``$or`` of
     equalities; ``exists`` is ``$ex``/``$nex``. Hysteresis: the latched route uses ``relaxed(c)``.
+    The language's other forms need nothing here: a ``when`` mapping of several keys is parsed into
+    an ``all`` (conditions.py), and a ``samples`` rule asks the same ``when`` and ``clearWhen`` routes
+    (its ``clearWhen`` also for items with a count, rules/step.py); the counting is the engine's.
 
 How facts are encoded
     Each item of each call of ``evaluate_many`` becomes one *event* ``{"id": n, "qosd": 1, "g<G>": 1,
@@ -179,32 +182,29 @@ def _cmp(op: str, name: str, value: Any) -> Expr:
     return {name: value} if op == "eq" else {_DR_OPS[op]: {name: value}}
 
 
-def _and(items: list[Expr]) -> Expr:
+def _join(op: str, items: list[Expr], unit: bool) -> Expr:
+    """``op`` ("$and" with ``unit`` True, "$or" with False) over ``items``, constants folded: the
+    unit drops out, its opposite decides the whole; nested nodes of the same ``op`` are flattened,
+    so a rule spends durable's few boolean nodes only where the operator changes."""
     out: list[Any] = []
     for item in items:
-        if item is True:
+        if item is unit:
             continue
-        if item is False:
-            return False
+        if item is (not unit):
+            return not unit
         assert isinstance(item, dict)
-        out.extend(item.get("$and", [item]))
+        out.extend(item.get(op, [item]))
     if not out:
-        return True
-    return out[0] if len(out) == 1 else {"$and": out}
+        return unit
+    return out[0] if len(out) == 1 else {op: out}
+
+
+def _and(items: list[Expr]) -> Expr:
+    return _join("$and", items, True)
 
 
 def _or(items: list[Expr]) -> Expr:
-    out: list[Any] = []
-    for item in items:
-        if item is False:
-            continue
-        if item is True:
-            return True
-        assert isinstance(item, dict)
-        out.extend(item.get("$or", [item]))
-    if not out:
-        return False
-    return out[0] if len(out) == 1 else {"$or": out}
+    return _join("$or", items, False)
 
 
 def _bool_nodes(e: Any) -> int:

@@ -9,9 +9,9 @@ from engine.model.intents import NodeIntent
 
 
 def node_signal(ctx: ActionContext, kind: str) -> bool:
-    """Taints and conditions hold while the rule is latched; an Event is sent when it first fires."""
-    _, _, _, latched = ctx.matched[0]
-    if kind == "notify" and latched:
+    """Taints and conditions hold while the rule is latched; an Event is sent when an item first
+    matches (a NUMA node newly under pressure while another stays latched is news too)."""
+    if kind == "notify" and not ctx.newly_matched:
         return False
-    ctx.tick.intents.append(NodeIntent(kind, MappingProxyType(dict(ctx.params)), ctx.first_provenance()))
+    ctx.tick.intents.append(NodeIntent(kind, MappingProxyType(dict(ctx.params)), ctx.node_provenance()))
     return True

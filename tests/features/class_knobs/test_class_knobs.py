@@ -642,7 +642,7 @@ def test_memory_guard_parameters_and_missing_usage() -> None:
         (
             classes("cpu: {policy: shared}")
             + "rules:\n  - name: r\n    then: {setCgroup: {target: {class: c}}}\n",
-            "setCgroup needs values, memoryQos or both",
+            "setCgroup needs values, containers, memoryQos or a mix",
         ),
         (
             "rules:\n  - name: r\n    then: {setCgroup: {target: {path: x}, memoryQos: {minLimitPercent: 5}}}\n",

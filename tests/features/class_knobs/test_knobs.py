@@ -295,7 +295,7 @@ def _cpu_pod(request: float, limit: float | None = None) -> Workload:
         ("cpu.weight", {"shares": 1024}, "quadratic", 1.0, "100"),
         ("cpu.weight", {"shares": 2}, "linear", 1.0, "1"),
         ("cpu.weight", 100, "linear", 1.0, "100"),  # a literal is already a weight
-        ("cpu.shares", {"shares": 1}, "quadratic", 1.0, "2"),
+        ("cpu.shares", {"shares": 1024}, "quadratic", 1.0, "1024"),
         ("cpu.shares", {"percent": 100, "of": "request"}, "quadratic", 300.0, "262144"),
         ("cpu.shares", {"percent": 100, "of": "request"}, "quadratic", 0.1, "102"),
     ],

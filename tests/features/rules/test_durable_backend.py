@@ -676,10 +676,22 @@ def enable_all_overlay(tmp: Path, profile_file: Path) -> Path:
     return path
 
 
-VARIANTS = ["default", "koordinator", "default+disabled-rules-on", "koordinator+disabled-rules-on"]
+VARIANTS = [
+    "default", "koordinator", "default+disabled-rules-on", "koordinator+disabled-rules-on", "default+language",
+]
+# The issue-17 language primitives as a platform team writes them: sample-count triggers with
+# clearWhen, a `when` mapping of two facts, knobs that read `current`, per-container values.
+LANGUAGE_OVERLAYS = [
+    Path(__file__).resolve().parents[3] / "rules" / "examples" / name
+    for name in ("stepped-cpu-throttle.yaml", "count-based-eviction.yaml")
+] + [Path(__file__).resolve().parents[2] / "data" / "language-differential.yaml"]
+COUNTED = {"diff-counted-node", "diff-counted-pods"}  # they must fire, so the counts are exercised
+BATCH_KIND: tuple[dict[str, str], dict[str, str], str] = ({}, {"example.com/workload": "batch"}, "Burstable")
 
 
 def variant_labels(variant: str) -> dict[str, str]:
+    if variant.endswith("+language"):
+        return {"node.example.com/pool": "batch-heavy"}
     return {PROFILE: "koordinator"} if variant.startswith("koordinator") else {}
 
 
@@ -690,6 +702,8 @@ def variant_policy(variant: str, tmp: Path) -> Policy:
     if variant.endswith("disabled-rules-on"):
         (profile_file,) = [f for f in bundled_policy_files() if ("koordinator" in f.name) == koord]
         paths.append(enable_all_overlay(tmp, profile_file))
+    if variant.endswith("+language"):
+        paths.extend(LANGUAGE_OVERLAYS)
     return build_policy(load_documents(paths), node)
 
 
@@ -802,13 +816,33 @@ def value_strategy(kind: str, values: list[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(st.just(KEEP), st.just(KEEP), st.none(), numbers)
 
 
-def draw_workloads(data: st.DataObject) -> tuple[Workload, ...]:
+def draw_workloads(data: st.DataObject, language: bool = False) -> tuple[Workload, ...]:
     count = data.draw(st.integers(0, 10), label="pods")
+    kinds = [*WORKLOAD_KINDS, BATCH_KIND] if language else WORKLOAD_KINDS
     out = []
     for i in range(count):
-        annotations, labels, qos = data.draw(st.sampled_from(WORKLOAD_KINDS))
+        annotations, labels, qos = data.draw(st.sampled_from(kinds))
         mem = data.draw(st.sampled_from([1.0, 2.0, 4.0, 8.0])) * GiB
         limits = data.draw(st.sampled_from([{}, {"memory": 2 * mem}, {"cpu": 4.0, "memory": mem}]))
+        if labels is BATCH_KIND[1]:  # two containers with their own cgroups: per-container values
+            pod = f"kubepods/burstable/poduid-{i}"
+            out.append(
+                Workload(
+                    uid=f"uid-{i}",
+                    name=f"pod-{i}",
+                    namespace="batch",
+                    labels=MappingProxyType(labels),
+                    priority=data.draw(st.sampled_from([None, 0, 3500])),
+                    kube_qos=qos,
+                    cgroup_path=pod,
+                    containers=(
+                        Container("main", requests={"cpu": 1.0, "memory": mem}, limits=limits,
+                                  cgroup_path=f"{pod}/main"),
+                        Container("side", requests={"cpu": 0.2}, limits={"cpu": 1.0}, cgroup_path=f"{pod}/side"),
+                    ),
+                )
+            )
+            continue
         out.append(
             Workload(
                 uid=f"uid-{i}",
@@ -841,7 +875,7 @@ def decisions(result: TickResult) -> list[tuple[str, str, str]]:
 
 def run_sequence(v: Variant, data: st.DataObject) -> None:
     node_info = v.node
-    pods = draw_workloads(data)
+    pods = draw_workloads(data, v.name.endswith("+language"))
     plan = v.keys
     node: dict[Any, Any] = {}
     numa: dict[int, dict[Any, Any]] = {0: {}, 1: {}}
@@ -921,6 +955,8 @@ def test_differential_bundled_policies(variant: Variant) -> None:
         k for k, seen in variant.checked.outcomes.items() if k[0] in conditional and seen != {True, False}
     )
     assert not one_sided, f"the generator never made these conditions both true and false: {one_sided}"
+    if variant.name.endswith("+language"):
+        assert variant.fired >= COUNTED, f"sample-count rules that never fired: {COUNTED - variant.fired}"
     print(
         f"\n{variant.name}: {variant.snapshots} snapshots, {variant.checked.calls} condition calls, "
         f"{variant.ticks_with_intents} ticks with intents of conditional rules, fired {sorted(variant.fired)}, "
