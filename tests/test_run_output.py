@@ -216,3 +216,10 @@ def test_which_ticks_are_news(
     audit.tick(_tick(*first), ())
     audit.tick(_tick(*then), ())
     assert len(path.read_text().splitlines()) == records
+
+
+def test_rotation_flags_parse_quantities() -> None:
+    args = build_parser().parse_args(["run", "--audit-log-max-bytes", "64Mi", "--audit-log-keep", "2"])
+    assert (args.audit_log_max_bytes, args.audit_log_keep) == (64 * 2**20, 2)
+    defaults = build_parser().parse_args(["run"])
+    assert (defaults.audit_log_max_bytes, defaults.audit_log_keep) == (64 * 2**20, 3)
