@@ -17,9 +17,9 @@ import yaml
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
+from engine.kube.apicall import parse_time
 from engine.model.facts import snapshot_from_dict
 from engine.model.intents import CgroupIntent
-from engine.sources.kubepods import _start_time
 
 NODE = Path(__file__).parents[3] / "examples" / "parity" / "katalyst" / "snapshots" / "qrm-dummy-16cpu.yaml"
 
@@ -96,7 +96,7 @@ def test_an_snb_container_does_not_ramp_up() -> None:
      ("not a time", None), (None, None)],
 )
 def test_kube_start_time(text: str | None, expected: float | None) -> None:
-    assert _start_time(text) == expected
+    assert parse_time(text) == expected
 
 
 def test_a_named_cpuset_pool_ramps_up_as_its_share_template() -> None:
