@@ -16,7 +16,6 @@ import re
 import resource
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,29 +105,54 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (VALIDATE_ADDRESS_SPACE, VALIDATE_ADDRESS_SPACE))
 
 
+# Runs the command under the address-space limit and reports that child's ru_maxrss. A child forked
+# from the test process itself would report the test process's RSS too: Linux keeps the pre-exec
+# high-water mark in ru_maxrss, and pytest's own RSS grows to about 250 MB late in a full run.
+LAUNCHER = """
+import resource, subprocess, sys
+limit = int(sys.argv[1])
+peak = open(sys.argv[2], "w")
+code = subprocess.call(
+    sys.argv[3:], preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+)
+peak.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+peak.close()
+sys.exit(code)
+"""
+
+
 def run_validate(path: Path, tmp_path: Path) -> tuple[int, str, int]:
     """``python -m engine.cli validate PATH`` under the memory limit: exit code, its output (stdout,
-    then stderr), and the child's own peak RSS (os.wait4 reports the rusage of exactly that process)."""
+    then stderr), and its own peak RSS, measured by a small launcher process (see LAUNCHER)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    peak_file = tmp_path / "peak"
     with open(tmp_path / "stderr", "w+") as err, open(tmp_path / "stdout", "w+") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "validate", str(path)],
+            [
+                sys.executable,
+                "-c",
+                LAUNCHER,
+                str(VALIDATE_ADDRESS_SPACE),
+                str(peak_file),
+                sys.executable,
+                "-m",
+                "engine.cli",
+                "validate",
+                str(path),
+            ],
             cwd=ROOT,
             env=env,
             stdout=out,
             stderr=err,
-            preexec_fn=_limit_memory,
         )
-        guard = threading.Timer(120, proc.kill)  # a hang guard, not a performance assertion
-        guard.start()
         try:
-            _pid, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            guard.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
+            proc.wait(timeout=120)  # a hang guard, not a performance assertion
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         out.seek(0)
         err.seek(0)
-        return proc.returncode, out.read() + err.read(), usage.ru_maxrss * 1024
+        return proc.returncode, out.read() + err.read(), int(peak_file.read_text() or 0) * 1024
 
 
 @needs_fork

@@ -192,8 +192,10 @@ class Stats:
 
 
 class Pool:
-    def __init__(self, workers: int, seed: int, hang_seconds: float, tmp: Path):
-        self.ctx = mp.get_context("fork")
+    def __init__(self, workers: int, seed: int, hang_seconds: float, tmp: Path, start_method: str = "fork"):
+        # "fork" lets tests register fake surfaces before the workers start; "forkserver" gives workers
+        # a fresh interpreter's baseline RSS, not the (possibly large) parent's they would share.
+        self.ctx = mp.get_context(start_method)
         self.seed = seed
         self.hang_seconds = hang_seconds
         self.tmp = tmp
@@ -285,7 +287,9 @@ class Fuzzer:
         minimize: bool = True,
         tmp: Path,
         progress: bool = False,
+        start_method: str = "fork",
     ):
+        self.start_method = start_method
         self.names = list(surfaces)
         self.surfaces = {n: SURFACES[n]() for n in self.names}
         for s in self.surfaces.values():
@@ -311,7 +315,7 @@ class Fuzzer:
     def run(self, minutes: float | None = None, inputs_per_surface: int | None = None) -> Report:
         start = time.monotonic()
         stop_at = start + minutes * 60 if minutes is not None else None
-        pool = Pool(self.workers, self.seed, self.hang_seconds, self.tmp)
+        pool = Pool(self.workers, self.seed, self.hang_seconds, self.tmp, self.start_method)
         last_print = start
         try:
             while True:
