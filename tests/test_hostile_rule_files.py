@@ -101,10 +101,6 @@ VALIDATE_ADDRESS_SPACE = 512 * MiB
 PEAK_RSS_LIMIT = 200 * MiB
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (VALIDATE_ADDRESS_SPACE, VALIDATE_ADDRESS_SPACE))
-
-
 # Runs the command under the address-space limit and reports that child's ru_maxrss. A child forked
 # from the test process itself would report the test process's RSS too: Linux keeps the pre-exec
 # high-water mark in ru_maxrss, and pytest's own RSS grows to about 250 MB late in a full run.
