@@ -49,7 +49,7 @@ from engine.features.eviction.strategy import (
     tolerance_trigger,
     with_numa_usage,
 )
-from engine.features.eviction.tolerance import ReclaimPoolSupply
+from engine.features.eviction.tolerance import ReclaimPoolSupply, observed_supply
 from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
 from engine.model.facts import EMPTY, Workload, window_key
 from engine.model.intents import EvictIntent
@@ -352,30 +352,20 @@ def _tolerance(ctx: ActionContext, cfg: SuppressionTolerance, pool: Sequence[Can
 
 
 def _reclaim_supply(ctx: ActionContext, pool: Sequence[Candidate]) -> ReclaimPoolSupply | None:
-    """Katalyst's GetReclaimMetrics: the size of the victims' CPU pool (this tick's pool plan), the
-    busy share of its CPUs (collector), and the reclaim cgroup's usage and quota. None when the pool's
-    busy share is not observed: the rate would be a guess."""
-    node = ctx.views.node
-    usage = node.get("reclaim.pool_usage_cores")
-    if usage is None:
-        return None
-    cpus = node.get("reclaim.pool_cpus")
-    plan = ctx.tick.pool_plan
-    if cpus is None and plan is not None:
+    """Katalyst's GetReclaimMetrics for the victims' pool (``observed_supply``): when the collector
+    does not give them, its CPUs are the victims' pools in this tick's plan (else every reclaim pool)
+    and the cgroup's usage is the candidates' usage."""
+
+    def pool_cpus() -> int | None:
+        plan = ctx.tick.pool_plan
+        if plan is None:
+            return None
         names = {c.cls.pool for c in pool if c.cls is not None and c.cls.pool}
         names |= {p.name for p in ctx.env.policy.pools if p.kind == "reclaim"} if not names else set()
-        cpus = len(frozenset().union(*(plan.pools.get(n, frozenset()) for n in names))) if names else None
-    if cpus is None:
-        return None
-    cgroup = node.get("reclaim.cgroup_usage_cores")
-    if cgroup is None:
-        cgroup = sum(float(c.facts.get("cpu.usage_cores", 0.0)) for c in pool)
-    return ReclaimPoolSupply(
-        int(cpus),
-        float(usage),
-        float(cgroup),
-        float(node.get("reclaim.cfs_quota_us", UNSET_QUOTA)),
-        float(node.get("reclaim.cfs_period_us", CFS_PERIOD_US)),
+        return len(frozenset().union(*(plan.pools.get(n, frozenset()) for n in names))) if names else None
+
+    return observed_supply(
+        ctx.views.node, pool_cpus, lambda: sum(float(c.facts.get("cpu.usage_cores", 0.0)) for c in pool)
     )
 
 

@@ -8,7 +8,7 @@ Moved here from the suppress feature: it decides evictions, so it lives with eve
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,31 @@ class ReclaimPoolSupply:
             cap = self.cfs_quota_us / self.cfs_period_us if self.cfs_period_us > 0 else self.cfs_quota_us
             value = min(value, cap)
         return value
+
+
+def observed_supply(
+    node: Mapping[str, Any], pool_cpus: Callable[[], int | None], cgroup_usage: Callable[[], float]
+) -> ReclaimPoolSupply | None:
+    """The reclaim pool as the collector observed it (``reclaim.*`` node facts); where a fact is
+    missing, ``pool_cpus`` (from this tick's pool plan) and ``cgroup_usage`` (from the pods) stand in,
+    each as its caller knows the pool. None without the pool's busy share or size: the rate would be
+    a guess. The one reading for the eviction trigger and the reclaim report."""
+    busy = node.get("reclaim.pool_usage_cores")
+    if busy is None:
+        return None
+    cpus = node.get("reclaim.pool_cpus")
+    if cpus is None:
+        cpus = pool_cpus()
+    if cpus is None:
+        return None
+    cgroup = node.get("reclaim.cgroup_usage_cores")
+    return ReclaimPoolSupply(
+        int(cpus),
+        float(busy),
+        float(cgroup) if cgroup is not None else cgroup_usage(),
+        float(node.get("reclaim.cfs_quota_us", UNSET_QUOTA)),
+        float(node.get("reclaim.cfs_period_us", CFS_PERIOD_US)),
+    )
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 from engine.config.policy import Policy
 from engine.evaluate.context import ActionContext
 from engine.evaluate.factview import ACTIVE_PHASES
-from engine.features.eviction.tolerance import ReclaimPoolSupply
+from engine.features.eviction.tolerance import ReclaimPoolSupply, observed_supply
 from engine.features.reclaim.free import FreePod, free_reclaimable
 from engine.features.reclaim.headroom import DEDICATED_CORES, RECLAIMED_CORES, SHARED_CORES, SYSTEM_CORES
 from engine.features.reclaim.report import ReportHistory, bound, report
@@ -32,7 +32,6 @@ from engine.features.reclaim.strategy import (
     headroom_reclaimable,
     reclaimable,
 )
-from engine.features.suppress.strategy import CFS_PERIOD_US, UNSET_QUOTA
 from engine.model.facts import EMPTY
 from engine.model.intents import NodeIntent
 
@@ -167,34 +166,27 @@ def free_pods(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[
 
 
 def reclaim_pool(ctx: ActionContext) -> ReclaimPoolSupply | None:
-    """The reclaim pool as Katalyst's GetReclaimMetrics reads it: its CPUs (the collector's count,
-    else this tick's reclaim pools), their busy share, the reclaim cgroup's usage (else the
-    reclaimed pods' usage) and CFS quota. None when the busy share or the pool is unknown."""
-    node = ctx.views.node
-    busy = node.get("reclaim.pool_usage_cores")
-    cpus = node.get("reclaim.pool_cpus")
-    plan = ctx.tick.pool_plan
-    if cpus is None and plan is not None:
+    """The reclaim pool as Katalyst's GetReclaimMetrics reads it (``observed_supply``): when the
+    collector does not give them, its CPUs are this tick's reclaim pools and the cgroup's usage is
+    the reclaimed pods' usage."""
+
+    def pool_cpus() -> int | None:
+        plan = ctx.tick.pool_plan
+        if plan is None:
+            return None
         kinds = ctx.env.policy.pool_index
         pools = [c for name, c in plan.pools.items() if name in kinds and kinds[name].kind == "reclaim"]
-        cpus = len(frozenset().union(*pools)) if pools else None
-    if busy is None or cpus is None:
-        return None
-    cgroup = node.get("reclaim.cgroup_usage_cores")
-    if cgroup is None:
+        return len(frozenset().union(*pools)) if pools else None
+
+    def cgroup_usage() -> float:
         reclaimed = ctx.env.reclaimed_classes
-        cgroup = sum(
+        return sum(
             float(ctx.views.pod(w).get("cpu.usage_cores", 0.0))
             for w in ctx.snap.workloads
             if w.phase in ACTIVE_PHASES and ctx.views.pod(w).get("class") in reclaimed
         )
-    return ReclaimPoolSupply(
-        int(cpus),
-        float(busy),
-        float(cgroup),
-        float(node.get("reclaim.cfs_quota_us", UNSET_QUOTA)),
-        float(node.get("reclaim.cfs_period_us", CFS_PERIOD_US)),
-    )
+
+    return observed_supply(ctx.views.node, pool_cpus, cgroup_usage)
 
 
 def publish(ctx: ActionContext) -> bool:
