@@ -554,11 +554,14 @@ class NodeCollector:
             node=topo.node,
             topology=topology,
             workloads=workloads,
+            # The per-pod and per-container maps are handed over as they are, typed read-only
+            # (Mapping): they are built afresh every tick and nothing keeps them, and a proxy per
+            # workload was one allocation per pod per tick (about 2% of the tick at 500 pods).
             metrics=Metrics(
                 node=MappingProxyType(node),
                 numa={k: MappingProxyType(v) for k, v in numa.items()},
-                pods={k: MappingProxyType(v) for k, v in pods.items()},
-                containers={k: MappingProxyType(v) for k, v in containers.items()},
+                pods=pods,
+                containers=containers,
                 classes={k: MappingProxyType(v) for k, v in classes.items()},
                 windows=self._window_names,
             ),
