@@ -6,8 +6,7 @@ its class is not a reclaimed one. Koordinator decides by the pod's priority clas
 when it has none, so a BE-labelled pod in the koord-mid band is HP there: spec.reclaim.
 priorityOverrides expresses that, the first override that fits deciding.
 
-Compiled once per policy generation; the answer is cached per workload object (sources hand the
-same object to consecutive ticks while a pod is unchanged).
+Compiled once per policy generation; a pod no override fits costs one (cached) classification.
 """
 
 from __future__ import annotations
@@ -26,19 +25,8 @@ class HighPriority:
         self.overrides: tuple[tuple[Callable[[Workload], bool], bool], ...] = tuple(
             (match_any(o.matchers), o.high_priority) for o in policy.reclaim.priority_overrides
         )
-        self._cache: dict[int, tuple[Workload, bool]] = {}
 
     def __call__(self, w: Workload) -> bool:
-        hit = self._cache.get(id(w))
-        if hit is not None and hit[0] is w:
-            return hit[1]
-        result = self._decide(w)
-        if len(self._cache) > 50_000:
-            self._cache.clear()
-        self._cache[id(w)] = (w, result)
-        return result
-
-    def _decide(self, w: Workload) -> bool:
         for test, high in self.overrides:
             if test(w):
                 return high

@@ -24,45 +24,19 @@ from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.features.reclaim.reservation import NodeReservation, parse_reservation
 from engine.features.reclaim.spec import ReclaimResource
-from engine.features.reclaim.strategy import NodeTerms, PodUse, reclaimable
+from engine.features.reclaim.strategy import NodeTerms, reclaimable
 from engine.model.facts import snapshot_from_dict
 from engine.sources.snapshot_file import snapshot_to_dict
+from tests.features.reclaim.test_reclaim import CPU_NODE as KOORD_CPU_NODE
+from tests.features.reclaim.test_reclaim import CPU_PODS, MEM_NODE, MEM_PODS, G
+from tests.features.reclaim.test_reclaim import spec as reclaim_spec
 
-G = 10**9
 ROOT = Path(__file__).resolve().parents[3]
+CPU_NODE = {**KOORD_CPU_NODE, "cpu.system_usage_cores": 7.0}
 
 
-def spec(policy: str = "usage", threshold: float = 65) -> ReclaimResource:
-    return ReclaimResource(
-        policy,
-        threshold,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        "kubernetes.io/batch-cpu",
-        None,
-        "avg",
-        None,
-        None,
-    )
-
-
-CPU_NODE = {
-    "cpu.capacity_cores": 100.0,
-    "cpu.allocatable_cores": 100.0,
-    "cpu.usage_cores": 50.0,
-    "cpu.system_usage_cores": 7.0,
-}
-MEM_NODE = {
-    "memory.capacity_bytes": 120.0 * G,
-    "memory.allocatable_bytes": 120.0 * G,
-    "memory.usage_bytes": 55.0 * G,
-}
-CPU_PODS = [PodUse(20.0, 11.0, True), PodUse(0.0, 10.0, False), PodUse(20.0, 22.0, True)]
-MEM_PODS = [PodUse(20.0 * G, 11.0 * G, True), PodUse(0.0, 10.0 * G, False), PodUse(40.0 * G, 22.0 * G, True)]
+def spec(policy: str = "usage") -> ReclaimResource:
+    return reclaim_spec(policy, 65)
 
 
 @pytest.mark.parametrize(
