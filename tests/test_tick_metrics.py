@@ -1,0 +1,169 @@
+"""The tick gauges (engine/daemon/tick_metrics.py) against the numbers a tick computed, row by row.
+
+Pure: a compiled policy, hand-made snapshots (tests/builders.py) and ``run_tick``, the path every
+mode runs; the collector is then read as a scrape reads it. The end-to-end scrape of a real daemon
+is tests/test_monitoring.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine.daemon.metrics import Metrics
+from engine.daemon.tick_metrics import TickCollector, TickView
+from engine.evaluate.engine import Engine
+from engine.evaluate.state import EngineState
+from engine.model.intents import NodeIntent
+from engine.model.operations import PublishNodeResource
+from engine.plan.planner import Guards
+from engine.tick import TickResult, run_tick
+from tests.builders import GiB, pod, policy, snapshot
+
+SPEC = """\
+classes:
+  - name: be
+    match: [{labels: {qos: be}}]
+    cpu: {policy: reclaimed}
+  - name: ls
+    match: [{labels: {qos: ls}}]
+reclaim:
+  enabled: true
+  degradeAfter: 60s
+  cpu: {policy: request, reclaimThresholdPercent: 100, publishAs: example.com/batch-cpu}
+rules:
+  - name: publish
+    then: {publish: {resource: cpu}}
+  - name: numa-pressure
+    when: {numa.memory.below_watermark_count: {gte: 1}}
+    then: {notify: {reason: Numa, message: pressure}}
+"""
+
+NODE_CPU = {"cpu.capacity_cores": 16.0, "cpu.allocatable_cores": 14.0, "cpu.usage_cores": 2.0}
+PODS = [pod("b1", labels={"qos": "be"}), pod("b2", labels={"qos": "be"}), pod("l1", labels={"qos": "ls"})]
+
+
+def scrape(collector: TickCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in collector.collect()
+        for s in family.samples
+    }
+
+
+def run(
+    node: dict[str, Any], numa: dict[int, dict[str, Any]] | None = None
+) -> tuple[TickResult, TickCollector]:
+    engine = Engine(policy(SPEC))
+    facts = {**NODE_CPU, **node}
+    snap = snapshot(node=facts, numa=numa or {}, pods=PODS, allocatable={"cpu": 14.0, "memory": 60 * GiB})
+    result = run_tick(engine, snap, EngineState(), Guards())
+    collector = TickCollector()
+    collector.saw(
+        TickView(engine, result.evaluation, result.state, snap.metrics.node, engine.members(snap.workloads))
+    )
+    return result, collector
+
+
+def published_intent(result: TickResult) -> NodeIntent:
+    (intent,) = [i for i in result.evaluation.intents if isinstance(i, NodeIntent) and i.kind == "publish"]
+    return intent
+
+
+@pytest.mark.parametrize(
+    ("age", "degraded", "withdrawn"),
+    [(0.0, 0.0, False), (59.9, 0.0, False), (60.0, 0.0, False), (60.1, 1.0, True), (3600.0, 1.0, True)],
+)
+def test_degraded_is_exactly_when_the_reclaim_strategy_withdraws(
+    age: float, degraded: float, withdrawn: bool
+) -> None:
+    """degradeAfter 60s: the gauge and the strategy's withdrawal agree at and around the boundary."""
+    result, collector = run({"reclaim.metrics_age_seconds": age})
+    got = scrape(collector)
+    assert got[("qosd_reclaim_degraded", ())] == degraded
+    assert got[("qosd_reclaim_metrics_age_seconds", ())] == age
+    assert (published_intent(result).params["value"] is None) == withdrawn
+
+
+@pytest.mark.parametrize(
+    ("facts", "labels", "ratio"),
+    [
+        ({"psi.memory.some.avg10": 12.5}, ("memory", "some", "10s"), 0.125),
+        ({"psi.cpu.full.avg300": 0.0}, ("cpu", "full", "300s"), 0.0),
+        ({"psi.io.some.avg60": 100.0}, ("io", "some", "60s"), 1.0),
+    ],
+)
+def test_psi_percent_is_exposed_as_a_ratio(
+    facts: dict[str, float], labels: tuple[str, str, str], ratio: float
+) -> None:
+    _, collector = run(facts)
+    psi = {k[1]: v for k, v in scrape(collector).items() if k[0] == "qosd_node_psi_ratio"}
+    key = tuple(sorted(zip(("resource", "kind", "window"), labels, strict=True)))
+    assert psi == {key: ratio}
+
+
+def test_no_psi_series_without_psi_facts() -> None:
+    _, collector = run({})
+    assert not [k for k in scrape(collector) if k[0] == "qosd_node_psi_ratio"]
+
+
+@pytest.mark.parametrize(
+    ("count", "level"),
+    # Katalyst's defaults: reclaimed_eviction above reclaimedTimesThreshold (6), eviction from timesThreshold (12)
+    [(0, 0.0), (6, 0.0), (7, 1.0), (11, 1.0), (12, 2.0), (40, 2.0)],
+)
+def test_numa_counter_and_its_decision_level(count: int, level: float) -> None:
+    result, collector = run(
+        {}, numa={0: {"memory.below_watermark_count": count}, 1: {"memory.below_watermark_count": 0}}
+    )
+    got = scrape(collector)
+    assert got[("qosd_numa_watermark_count", (("numa", "0"),))] == float(count)
+    assert got[("qosd_numa_watermark_pressure", (("numa", "0"),))] == level
+    assert got[("qosd_numa_watermark_pressure", (("numa", "1"),))] == 0.0
+    assert result.state.pressure.numa["0"].count == count
+    fired = got[("qosd_rule_fired", (("mode", "enforce"), ("rule", "numa-pressure")))]
+    assert fired == float(count >= 1) == float("numa-pressure" in result.evaluation.fired)
+    assert got[("qosd_rule_active_items", (("rule", "numa-pressure"),))] == float(count >= 1)
+
+
+def test_workloads_per_class_and_the_rule_timestamps() -> None:
+    result, collector = run({})
+    got = scrape(collector)
+    assert got[("qosd_workloads", (("class", "be"),))] == 2.0
+    assert got[("qosd_workloads", (("class", "ls"),))] == 1.0
+    assert got[("qosd_rule_last_fired_timestamp_seconds", (("rule", "publish"),))] == result.evaluation.time
+    assert ("qosd_rule_last_fired_timestamp_seconds", (("rule", "numa-pressure"),)) not in got
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "expected"),
+    [
+        ([("1500", "applied")], {"example.com/batch-cpu": 1500.0}),
+        ([("1500", "unchanged")], {"example.com/batch-cpu": 1500.0}),  # already on the Node
+        ([("1500", "failed")], {}),  # the Node does not hold it
+        ([("1500", "applied"), ("900", "failed")], {"example.com/batch-cpu": 1500.0}),
+        ([("1500", "applied"), (None, "applied")], {}),  # withdrawn
+        ([("1500", "applied"), (None, "failed")], {"example.com/batch-cpu": 1500.0}),
+        ([("1500", "applied"), ("2000", "applied")], {"example.com/batch-cpu": 2000.0}),
+    ],
+)
+def test_published_is_what_the_node_holds_after_the_outcomes(
+    outcomes: list[tuple[str | None, str]], expected: dict[str, float]
+) -> None:
+    collector = TickCollector()
+    for quantity, status in outcomes:
+        collector.published(PublishNodeResource("example.com/batch-cpu", quantity, "publish"), status)
+    got = {
+        dict(k[1])["resource"]: v
+        for k, v in scrape(collector).items()
+        if k[0] == "qosd_reclaimed_resource_published"
+    }
+    assert got == expected
+
+
+def test_before_any_tick_the_gauges_are_declared_without_samples() -> None:
+    metrics = Metrics()
+    families = {f.name: f for f in metrics.tick.collect()}
+    assert "qosd_workloads" in families and not families["qosd_workloads"].samples
+    assert metrics.registry.get_sample_value("qosd_policy_generation") == 0.0
