@@ -57,16 +57,10 @@ from engine.features.memory_qos.spec import MemoryGuardSpec
 from engine.features.rules.conditions import comparisons
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
 from engine.model.podsums import fill_from_containers
-from engine.sources.cgroupfs import (
-    NUMA_STAT,
-    CgroupMetrics,
-    CgroupOptions,
-    Observer,
-    Translate,
-    parse_numa_stat,
-)
+from engine.sources.cgroupfs import NUMA_STAT, CgroupMetrics, CgroupOptions, parse_numa_stat
 from engine.sources.files import PinnedReader, Reader, TickReader
 from engine.sources.kubelet import CPU_MANAGER_STATE, CpuManagerState
+from engine.sources.observer import Observer, Translate
 from engine.sources.procfs import ProcSource, psi_facts
 from engine.sources.sysfs import TopologySource
 

@@ -43,8 +43,8 @@ from engine.config.unitcheck import schema_file, unit_problems
 from engine.model.facts import Container, ResctrlInfo, Workload
 from engine.model.units import parse_quantity
 from engine.resources import data_dir
-from engine.sources.cgroupfs import Translate
 from engine.sources.collector import CollectorOptions, NodeCollector
+from engine.sources.observer import Translate
 
 KIND = "StandaloneWorkloads"
 DEFAULT_ROOTS = ("qosd*/*",)

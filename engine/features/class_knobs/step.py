@@ -421,11 +421,8 @@ class ClassKnobStep:
         files = frozenset(i.file for i in produced)
         t.add_unless_set(produced, files)
         out = tuple(ooms)
-        self._run_memo = (
-            _RunMemo(snap.workloads, version, tuple(produced), files, tuple(notes.values()), out)
-            if stable
-            else None
-        )
+        memo_of = _RunMemo(snap.workloads, version, tuple(produced), files, tuple(notes.values()), out)
+        self._run_memo = memo_of if stable else None
         return out
 
     # ---------------------------------------------------------------- one pod
