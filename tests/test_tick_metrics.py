@@ -7,19 +7,29 @@ is tests/test_monitoring.py.
 
 from __future__ import annotations
 
+import builtins
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
+from engine.adapters.recorder import RecordingExecutor
+from engine.daemon.loop import Daemon, DaemonConfig
 from engine.daemon.metrics import Metrics
 from engine.daemon.tick_metrics import TickCollector, TickView
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
+from engine.model.facts import Snapshot
 from engine.model.intents import NodeIntent
 from engine.model.operations import PublishNodeResource
 from engine.plan.planner import Guards
 from engine.tick import TickResult, run_tick
 from tests.builders import GiB, pod, policy, snapshot
+from tests.conftest import policy_text
 
 SPEC = """\
 classes:
@@ -167,3 +177,76 @@ def test_before_any_tick_the_gauges_are_declared_without_samples() -> None:
     families = {f.name: f for f in metrics.tick.collect()}
     assert "qosd_workloads" in families and not families["qosd_workloads"].samples
     assert metrics.registry.get_sample_value("qosd_policy_generation") == 0.0
+
+
+class StaticSource:
+    """A node source that hands over the same hand-made snapshot every tick."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+
+    def collect(self) -> Snapshot:
+        return self.snap
+
+    def adopt(self, engine: Engine) -> None:
+        return None
+
+    def applied(self, result: TickResult, outcomes: Sequence[Any]) -> None:
+        return None
+
+    def observe(self, wanted: Mapping[str, Sequence[str]]) -> Mapping[str, Mapping[str, str]]:
+        return {}
+
+
+def test_the_reload_alert_fires_on_a_refused_generation_and_resolves_on_the_next_good_one(
+    tmp_path: Path,
+) -> None:
+    """QosdPolicyReloadFailed is `failure timestamp > success timestamp`, QosdNoPolicy
+    `qosd_policy_generation == 0`: what the daemon sets on each reload outcome makes them true exactly
+    while the newest change is refused, or before any generation loaded."""
+    rules = tmp_path / "rules.yaml"
+    good = policy_text(SPEC)
+    rules.write_text(good)
+    config = DaemonConfig(rules=(rules,), builtin=False, stat_files=True, labels={})
+    snap = snapshot(node=dict(NODE_CPU), pods=PODS, allocatable={"cpu": 14.0, "memory": 60 * GiB})
+    daemon = Daemon(config, StaticSource(snap), RecordingExecutor())
+
+    def value(name: str) -> float:
+        got = daemon.metrics.registry.get_sample_value(name)
+        assert got is not None, name
+        return got
+
+    def reload_alert() -> bool:
+        return value("qosd_config_last_reload_failure_timestamp_seconds") > value(
+            "qosd_config_last_reload_success_timestamp_seconds"
+        )
+
+    try:
+        assert value("qosd_policy_generation") == 0.0  # QosdNoPolicy's condition, before any load
+        assert daemon.tick() is not None
+        assert value("qosd_policy_generation") == 1.0 and not reload_alert()
+        rules.write_text(good[: good.index("rules:")] + "rules:\n  - name: [broken\n")
+        time.sleep(0.01)  # the failure's timestamp must be later than the success's
+        daemon.tick()
+        assert reload_alert() and value("qosd_policy_generation") == 1.0  # the last good one runs
+        rules.write_text(good.replace("name: publish", "name: publish-again"))
+        time.sleep(0.01)
+        assert daemon.tick() is not None
+        assert not reload_alert() and value("qosd_policy_generation") == 2.0
+    finally:
+        daemon.shutdown()
+
+
+def test_a_scrape_reads_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gauges come from what the tick already holds: building them opens nothing."""
+    _, collector = run({"psi.memory.some.avg10": 1.0, "reclaim.metrics_age_seconds": 1.0})
+    metrics = Metrics()
+    metrics.tick.saw(collector.view)  # type: ignore[arg-type]
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"a scrape opened {args[:1]}")
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    monkeypatch.setattr(os, "open", refuse)
+    text = generate_latest(metrics.registry).decode()
+    assert "qosd_node_psi_ratio" in text and "qosd_reclaim_degraded 0.0" in text
