@@ -191,6 +191,11 @@ def expected_gauges(s: Scraped) -> list[tuple[str, dict[str, str], float]]:
         rows.append(("qosd_numa_watermark_count", {"numa": numa}, float(counter.count)))
         level = {"noop": 0.0, "reclaimed_eviction": 1.0, "eviction": 2.0}[counter.action]
         rows.append(("qosd_numa_watermark_pressure", {"numa": numa}, level))
+    for spec, scale in ((engine.policy.reclaim.cpu, 1000), (engine.policy.reclaim.memory, 1)):
+        history = state.reports.get(spec.publish_as) if spec is not None and spec.publish_as else None
+        if spec is not None and spec.publish_as and history is not None and history.reported is not None:
+            computed = float(round(history.reported * scale))
+            rows.append(("qosd_reclaimed_resource_computed", {"resource": spec.publish_as}, computed))
     age = float(node["reclaim.metrics_age_seconds"])
     rows.append(("qosd_reclaim_metrics_age_seconds", {}, age))
     rows.append(("qosd_reclaim_degraded", {}, float(age > 3600)))
@@ -235,6 +240,7 @@ def test_the_published_reclaimed_resource_is_what_the_node_holds(scraped: Scrape
     the quantity qosd wrote on the emulated Node and the gauge reports."""
     assert scraped.node_allocatable.get(BATCH_CPU) == "1500"
     assert scraped.samples("qosd_reclaimed_resource_published") == {(("resource", BATCH_CPU),): 1500.0}
+    assert scraped.samples("qosd_reclaimed_resource_computed") == {(("resource", BATCH_CPU),): 1500.0}
 
 
 def test_build_info_names_the_version_python_backend_and_mode(scraped: Scraped) -> None:

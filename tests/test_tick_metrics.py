@@ -93,7 +93,11 @@ def test_degraded_is_exactly_when_the_reclaim_strategy_withdraws(
     got = scrape(collector)
     assert got[("qosd_reclaim_degraded", ())] == degraded
     assert got[("qosd_reclaim_metrics_age_seconds", ())] == age
-    assert (published_intent(result).params["value"] is None) == withdrawn
+    value = published_intent(result).params["value"]
+    assert (value is None) == withdrawn
+    computed = got.get(("qosd_reclaimed_resource_computed", (("resource", "example.com/batch-cpu"),)))
+    # request policy: allocatable 14 cores - the ls pod's 1-core request = 13 cores, in milli-cores
+    assert computed == (None if withdrawn else 13000.0) == (None if value is None else round(value * 1000))
 
 
 @pytest.mark.parametrize(

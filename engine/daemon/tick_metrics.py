@@ -31,6 +31,7 @@ from engine.evaluate.state import EngineState
 from engine.features.reclaim.strategy import degraded
 from engine.model.facts import Workload
 from engine.model.operations import PublishNodeResource
+from engine.plan.planner import kubernetes_units
 
 PSI_RESOURCES = ("cpu", "memory", "io")
 PSI_KINDS = ("some", "full")
@@ -152,6 +153,13 @@ def _families() -> dict[str, GaugeMetricFamily]:
             [],
         ),
         (
+            "qosd_reclaimed_resource_computed",
+            "The reclaimed resource the policy computed for the Node (after smoothing and bounds, before "
+            "the update gate), in the units it is published in; in audit mode too, where nothing is "
+            "written.",
+            ["resource"],
+        ),
+        (
             "qosd_reclaimed_resource_published",
             "The reclaimed resource the Node holds by qosd's last publish (applied or already there), "
             "in Kubernetes units: milli-cores for CPU, bytes for memory. Absent once withdrawn.",
@@ -187,6 +195,12 @@ def _fill(families: Mapping[str, GaugeMetricFamily], view: TickView) -> None:
         level = PRESSURE_LEVELS.get(counter.action)
         if level is not None:
             families["qosd_numa_watermark_pressure"].add_metric([numa], level)
+    for resource, spec in (("cpu", policy.reclaim.cpu), ("memory", policy.reclaim.memory)):
+        name = spec.publish_as if spec is not None else None
+        history = view.state.reports.get(name) if name else None  # popped when withdrawn
+        if name and history is not None and history.reported is not None:
+            value = float(kubernetes_units(resource, history.reported))
+            families["qosd_reclaimed_resource_computed"].add_metric([name], value)
     age = node.get("reclaim.metrics_age_seconds")
     if age is not None:
         families["qosd_reclaim_metrics_age_seconds"].add_metric([], float(age))

@@ -267,6 +267,13 @@ def _numeric(*values: Any) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
+def kubernetes_units(resource: str, value: float) -> int:
+    """A reclaimed resource as the Node is told it: both anchors publish CPU in milli-cores as an
+    integer, memory in bytes. Rounded, not truncated: 1.001 cores is 1000.9999999999999 milli-cores
+    in binary floating point."""
+    return round(value * 1000) if resource == "cpu" else round(value)
+
+
 def _node_op(intent: NodeIntent) -> Operation:
     p = dict(intent.params)
     rule = intent.provenance.rule
@@ -276,9 +283,7 @@ def _node_op(intent: NodeIntent) -> Operation:
         value = p.get("value")
         quantity = None
         if value is not None:
-            # Both anchors publish CPU in milli-cores as an integer, memory in bytes. Rounded, not
-            # truncated: 1.001 cores is 1000.9999999999999 milli-cores in binary floating point.
-            quantity = str(round(value * 1000)) if p.get("unit") == "cores" else str(round(value))
+            quantity = str(kubernetes_units("cpu" if p.get("unit") == "cores" else "memory", value))
         return PublishNodeResource(str(p["resource"]), quantity, rule)
     if intent.kind == "condition":
         return SetNodeCondition(
