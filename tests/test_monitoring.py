@@ -480,3 +480,26 @@ def test_the_component_is_a_kustomize_component_listing_its_files() -> None:
     assert sorted(k["resources"]) == sorted(
         p.name for p in COMPONENT.glob("*.yaml") if p.name != "kustomization.yaml"
     )
+
+
+def test_the_dashboard_is_importable_grafana_json() -> None:
+    """Unique panel ids and refIds, every query panel on the dashboard's data source variable, and
+    panels laid on the 24-column grid without overlap."""
+    dash = json.loads(DASHBOARD.read_text())
+    panels = dash["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24, p["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not mine & cells, f"panel {p['title']!r} overlaps another"
+        cells |= mine
+        if p["type"] != "row":
+            assert p["datasource"]["uid"] == "${datasource}", p["title"]
+            refs = [t["refId"] for t in p["targets"]]
+            assert refs and len(set(refs)) == len(refs), p["title"]
