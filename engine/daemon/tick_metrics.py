@@ -1,6 +1,6 @@
 """The gauges of what the daemon's last tick computed: workloads per class, each rule's fired state,
 the node's PSI, the NUMA watermark counters, the reclaim metrics' age and degradation, and the
-reclaimed resources qosd published on the Node.
+reclaimed resources qosd computed and published on the Node.
 
 Why a collector read at scrape time and not gauges set every tick: the tick runs every second on
 every node and the daemon's CPU budget is 1% of a core (issue 15), while Prometheus scrapes every
@@ -122,7 +122,7 @@ def _families() -> dict[str, GaugeMetricFamily]:
         ),
         (
             "qosd_rule_last_fired_timestamp_seconds",
-            "When the rule last acted (kept in the state file across restarts).",
+            "When the rule last acted (engine state: kept across restarts with --state-file).",
             ["rule"],
         ),
         (
