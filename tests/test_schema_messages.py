@@ -35,7 +35,7 @@ CASES = [
      "then: {notify: {}}}]", "0 is less than the minimum of 1"),
     ("rules: [{name: r, samples: {fire: 100001, clear: 1}, when: {node.memory.usage_percent: {gte: 90}}, "
      "then: {notify: {}}}]", "100001 is greater than the maximum of 100000"),
-    ("reclaim: {update: {diffThreshold: 0}}", "0 must be greater than 0"),
+    ("reclaim: {update: {diffThreshold: 0}}", "0 is less than or equal to the minimum of 0 (it must be greater)"),
     ("nodeNames: []", "this list needs at least 1 item; it is empty"),
     ("nodeNames: [a, a]", '"a" appears more than once in this list'),
     ("nodeNames: ['']", "this string must not be empty"),

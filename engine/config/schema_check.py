@@ -284,20 +284,22 @@ def _items(n: int) -> str:
     return f"{n} item{'s' if n != 1 else ''}"
 
 
+_NUMBER_BOUNDS = {
+    "minimum": "{value} is less than the minimum of {limit}",
+    "maximum": "{value} is greater than the maximum of {limit}",
+    "exclusiveMinimum": "{value} is less than or equal to the minimum of {limit} (it must be greater)",
+    "exclusiveMaximum": "{value} is greater than or equal to the maximum of {limit} (it must be less)",
+}
+
+
 def _plain_message(err: ValidationError, schema: dict[str, Any]) -> str | None:
     """jsonschema says "[] should be non-empty" and "... is not valid under any of the given
     schemas"; these say what the bound or the rule is and what was found, in the words of the rest
     of qosd's messages (None: no better words than jsonschema's)."""
     keyword, instance = str(err.validator), err.instance
     limit: Any = err.validator_value
-    if keyword == "minimum":
-        return f"{short(instance)} is less than the minimum of {limit}"
-    if keyword == "maximum":
-        return f"{short(instance)} is greater than the maximum of {limit}"
-    if keyword == "exclusiveMinimum":
-        return f"{short(instance)} must be greater than {limit}"
-    if keyword == "exclusiveMaximum":
-        return f"{short(instance)} must be less than {limit}"
+    if keyword in _NUMBER_BOUNDS:
+        return _NUMBER_BOUNDS[keyword].format(value=short(instance), limit=limit)
     if keyword == "minItems" and isinstance(instance, list):
         got = f"it has {_items(len(instance))}" if instance else "it is empty"
         return f"this list needs at least {_items(int(limit))}; {got}"
