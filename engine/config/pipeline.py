@@ -34,6 +34,7 @@ from engine.config.load import (
 )
 from engine.config.merge import Merged, Rendered, Unanchored, conflicts, merge
 from engine.config.policy import Policy
+from engine.config.refused import unhidden, withhold, withhold_whole
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
 from engine.config.selector import NODE_NAME_LABEL, document_selector, matches
@@ -198,7 +199,7 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
         ]
     deep = nesting_problem(doc)  # before the recursive walks below (render, schema, merge, compile)
     if deep is not None:
-        return None, [deep]
+        return withhold_whole(doc, [deep])
     sel = _selector(doc)
     if _has_template(sel):
         problems.append(
@@ -221,19 +222,19 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
     data, render_problems = render_document(doc, node.template_context())
     problems.extend(render_problems)
     if render_problems:
-        return None, problems
+        return withhold_whole(doc, problems)
     gaps: list[str] = []
-    problems.extend(schema_problems(data, doc.locate, partial=gaps))
-    if not problems:
-        problems.extend(unset_problems(data.get("spec") or {}, doc.locate))
-    if problems:
-        # The semantic checks need a valid shape, but a fact-name typo is found on any shape; report
-        # it with the schema errors instead of after they are fixed.
-        return None, problems + unknown_fact_problems(data, doc.locate)
+    if problems or schema_problems(data, doc.locate, partial=gaps) or unset_problems(
+        data.get("spec") or {}, doc.locate
+    ):
+        # The semantic checks need a valid shape: they check what is left once the refused values
+        # are taken out, so the document's other problems come out in this run (engine/config/refused).
+        # ``problems`` so far say where the document applies is unknown: then nothing of it is merged.
+        return withhold(doc, data, problems, placement=bool(problems))
     # A document that unsets fields may leave the merged spec without one it requires: check it whole.
     rendered = Rendered(doc, data, incomplete=bool(gaps) or has_unset(data.get("spec") or {}))
     problems.extend(document_problems(rendered))
-    return (rendered if not problems else None), problems
+    return rendered, problems
 
 
 def _has_template(value: Any) -> bool:
@@ -270,12 +271,8 @@ def _build_policy(docs: list[Document], node: NodeInfo) -> tuple[Policy, tuple[U
         problems.extend(p)
         if r is not None:
             rendered.append(r)
-    if problems:
-        raise PolicyError(problems)
     problems.extend(conflicts(rendered, check_selectors=False))
-    if problems:
-        raise PolicyError(problems)
-    if not rendered:
+    if not rendered and not problems:
         raise PolicyError(
             [
                 Problem(
@@ -286,8 +283,19 @@ def _build_policy(docs: list[Document], node: NodeInfo) -> tuple[Policy, tuple[U
                 )
             ]
         )
-    merged = merge(rendered)
-    return compile_merged(merged, node), merged.unanchored
+    if not rendered:
+        raise PolicyError(problems)
+    # With problems already found, merging and compiling what is left finds the rest in this run
+    # (engine/config/refused.py); the checks are kept quiet about what was taken out of a document.
+    records = [r.withheld for r in rendered if r.withheld is not None]
+    try:
+        merged = merge(rendered)
+        policy = compile_merged(merged, node)
+    except PolicyError as exc:
+        raise PolicyError([*problems, *unhidden(exc.problems, records)] or exc.problems) from None
+    if problems:
+        raise PolicyError(problems)
+    return policy, merged.unanchored
 
 
 def compile_merged(merged: Merged, node: NodeInfo) -> Policy:
@@ -393,7 +401,7 @@ def _validate(
             rendered_all.append(r)
     if documents_only:  # what one document says alone: its shape (above) and its fact names
         for r in rendered_all:
-            problems.extend(unknown_fact_problems(r.data, r.doc.locate))
+            problems.extend(unknown_fact_problems(r.data, r.locate))
         return unique_problems(problems)
     if node is None:
         problems.extend(conflicts(rendered_all, check_selectors=True))
@@ -402,9 +410,7 @@ def _validate(
         problems.extend(
             conflicts([r for r in rendered_all if applies_to(r.doc, labels)], check_selectors=False)
         )
-    if problems:
-        return unique_problems(problems)
-    found: list[Problem] = []
+    found: list[Problem] = list(problems)  # each document's own, and the conflicts between them
     checked: set[Variant] = set()
     patches = _Patches(docs)
     for v in node_variants(docs, node):
