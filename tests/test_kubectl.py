@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import re
 import ssl
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -303,6 +305,30 @@ def test_get_prints_each_crds_printer_columns(kubectl: Kubectl, canary: Json) ->
         assert row["MATCHED"] == "3" and row["REASON"] == "Compiled", wide
     finally:
         kubectl.server.delete("qosd.io/v1alpha1", "QoSNodeStatus", "node-a")
+
+
+def test_get_watch_prints_every_event_with_the_printer_columns(kubectl: Kubectl, canary: Json) -> None:
+    """``kubectl get -w``: the watch asks for Tables too, so a change is printed in the same columns
+    as the list (not kubectl's NAME/AGE fallback for raw objects)."""
+
+    def change_once_watching() -> None:
+        deadline = time.monotonic() + 20
+        while kubectl.server.open_watches() == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stored = kubectl.server.get("qosd.io/v1alpha1", "QoSPolicy", "site-canary")
+        assert stored is not None
+        stored["spec"]["priority"] = 23
+        kubectl.server.put(stored)
+
+    changer = threading.Thread(target=change_once_watching)
+    changer.start()
+    try:
+        out = kubectl("get", "qosp", "site-canary", "-w", "--request-timeout=3s").stdout
+    finally:
+        changer.join()
+    rows = _table(out)
+    assert rows[0] == _headers("qospolicies", wide=False)
+    assert [row[:2] for row in rows[1:]] == [["site-canary", "20"], ["site-canary", "23"]], out
 
 
 def test_get_o_yaml_is_the_stored_object(kubectl: Kubectl, canary: Json) -> None:
