@@ -36,7 +36,7 @@ from tests.kubeapi import apply, discovery, openapi, policy, table
 from tests.kubeapi import errors as E
 from tests.kubeapi.crd import crd_type
 from tests.kubeapi.errors import ApiError
-from tests.kubeapi.kinds import install_kinds
+from tests.kubeapi.kinds import bootstrap_objects, install_kinds
 from tests.kubeapi.rbac import Identity, RequestInfo, authorize, parse_request
 from tests.kubeapi.registry import DeleteOptions, Registry, ResourceType, default_namespaces
 from tests.kubeapi.selectors import (
@@ -356,6 +356,8 @@ class ApiServer:
         self.registry.on_update = apply.track_update
         for ns in default_namespaces():
             self.store.write("namespaces", ADDED, ns)
+        for obj in bootstrap_objects():
+            self.registry.put(obj)
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
