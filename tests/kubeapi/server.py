@@ -36,7 +36,7 @@ from tests.kubeapi import apply, discovery, openapi, policy, table
 from tests.kubeapi import errors as E
 from tests.kubeapi.crd import crd_type
 from tests.kubeapi.errors import ApiError
-from tests.kubeapi.kinds import install_kinds
+from tests.kubeapi.kinds import bootstrap_objects, install_kinds
 from tests.kubeapi.rbac import Identity, RequestInfo, authorize, parse_request
 from tests.kubeapi.registry import DeleteOptions, Registry, ResourceType, default_namespaces
 from tests.kubeapi.selectors import (
@@ -288,6 +288,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # small JSON responses: no 40 ms delayed-ACK stalls
     server: _HttpServer
+    # How a watch stream shows each event's object (a Table for kubectl get -w), None: as stored.
+    watch_view: Callable[[Json], Json] | None = None
 
     def setup(self) -> None:
         if isinstance(self.request, ssl.SSLSocket):
@@ -354,6 +356,8 @@ class ApiServer:
         self.registry.on_update = apply.track_update
         for ns in default_namespaces():
             self.store.write("namespaces", ADDED, ns)
+        for obj in bootstrap_objects():
+            self.registry.put(obj)
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -964,6 +968,15 @@ class ApiServer:
         stream = _Stream(handler, watcher)
         with self._streams_lock:
             self._streams.add(stream)
+        if table.wants_table(handler.headers.get("Accept") or ""):
+            # kubectl get -w: each event's object is a one-row Table (tests/kubeapi/table.py)
+            include = req.query.get("includeObject", "")
+
+            def as_table(obj: Json) -> Json:
+                meta = {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
+                return table.to_table(rt, [obj], meta, include)
+
+            handler.watch_view = as_table
         try:
             self._start_stream(req)
             for obj in initial:
@@ -981,6 +994,7 @@ class ApiServer:
         except (BrokenPipeError, ConnectionResetError, OSError):
             handler.close_connection = True
         finally:
+            handler.watch_view = None
             self.store.unwatch(watcher)
             with self._streams_lock:
                 self._streams.discard(stream)
@@ -1043,6 +1057,9 @@ class ApiServer:
 
     @staticmethod
     def _send_event(handler: _Handler, event: Json) -> None:
+        view = handler.watch_view
+        if view is not None and event["type"] in (ADDED, MODIFIED, DELETED):
+            event = {**event, "object": view(event["object"])}
         data = encode_json(event) + b"\n"
         handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
