@@ -36,7 +36,7 @@ from engine.config.merge import Merged, Rendered, Unanchored, conflicts, merge
 from engine.config.policy import Policy
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
-from engine.config.selector import NODE_NAME_LABEL, document_selector, matches
+from engine.config.selector import NODE_NAME_LABEL, document_selector, matches, selector_problems
 from engine.config.unset import has_unset, unset_problems
 from engine.features.rules.conditions import unknown_fact_problems
 from engine.model.node import NodeInfo
@@ -226,6 +226,7 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
     problems.extend(schema_problems(data, doc.locate, partial=gaps))
     if not problems:
         problems.extend(unset_problems(data.get("spec") or {}, doc.locate))
+        problems.extend(selector_problems(data.get("spec"), doc.locate))
     if problems:
         # The semantic checks need a valid shape, but a fact-name typo is found on any shape; report
         # it with the schema errors instead of after they are fixed.

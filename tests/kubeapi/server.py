@@ -33,6 +33,7 @@ import yaml
 
 from tests.kubeapi import errors as E
 from tests.kubeapi import policy
+from tests.kubeapi.admission import REQUESTER, Admission
 from tests.kubeapi.crd import crd_type
 from tests.kubeapi.errors import ApiError
 from tests.kubeapi.rbac import Identity, RequestInfo, authorize, parse_request
@@ -332,6 +333,8 @@ class ApiServer:
         self.store = Store(history_limit)
         self.registry = Registry(self.store, self._timers.schedule)
         self.registry.register(crd_type(self.registry))
+        self.admission = Admission(self.registry)  # webhooks and ValidatingAdmissionPolicies
+        self.registry.admit = self.admission.admit
         for ns in default_namespaces():
             self.store.write("namespaces", ADDED, ns)
         self._httpd: _HttpServer | None = None
@@ -589,6 +592,7 @@ class ApiServer:
         warnings = WARNINGS.set([])
         try:
             req.identity = self._authenticate(handler)
+            REQUESTER.set(req.identity)  # the admission review's userInfo
             authorize(req.identity, req.info)
             self._inject_failure(req)
             stall = self._take_stall(req)
