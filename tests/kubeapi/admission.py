@@ -8,8 +8,8 @@ no-op and dry-run ones included), which is where the API server's ``createValida
 
 What is emulated of k8s.io/apiserver/pkg/admission/plugin/webhook, from the API reference:
 
-- The ValidatingWebhookConfiguration objects the emulator stores (admissionregistration.k8s.io/v1),
-  defaulted as the API server defaults them (failurePolicy Fail, matchPolicy Equivalent,
+- The ValidatingWebhookConfiguration objects the emulator stores (admissionregistration.k8s.io/v1,
+  served by tests/kubeapi/kinds.py with the strategies installed here), defaulted as the API server defaults them (failurePolicy Fail, matchPolicy Equivalent,
   timeoutSeconds 10, scope ``*``) and validated for the fields that make a configuration unusable.
 - Matching: rules (apiGroups, apiVersions, operations, resources with ``/subresource`` and ``*``,
   scope), objectSelector on the object's (or old object's) labels, namespaceSelector on the
@@ -43,14 +43,15 @@ import json
 import ssl
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from tests.kubeapi import errors as E
 from tests.kubeapi.errors import ApiError, FieldError
+from tests.kubeapi.kinds import BuiltinStrategy
 from tests.kubeapi.rbac import Identity
-from tests.kubeapi.registry import METADATA_FIELDS, Registry, ResourceType, Strategy
+from tests.kubeapi.registry import Registry, ResourceType, Strategy
 from tests.kubeapi.store import copy_json
 from tests.kubeapi.typed import WARNINGS
 
@@ -87,8 +88,11 @@ class Attributes:
 # -------------------------------------------------------------------------------- the stored kinds
 
 
-class WebhookConfigStrategy(Strategy):
-    model = "V1ValidatingWebhookConfiguration"
+class WebhookConfigStrategy(BuiltinStrategy):
+    """The API server's defaulting and the validation that makes a configuration unusable."""
+
+    def __init__(self) -> None:
+        super().__init__("V1ValidatingWebhookConfiguration", generation=True)
 
     def default(self, obj: Json) -> Json:
         for hook in obj.get("webhooks") or []:
@@ -162,40 +166,21 @@ class WebhookConfigStrategy(Strategy):
         return errors
 
 
-def admission_types() -> list[ResourceType]:
-    """The admissionregistration.k8s.io/v1 kinds admission reads, served so clients (and kubectl)
-    can create them."""
+def install_strategies(registry: Registry) -> None:
+    """Give the admission kinds tests/kubeapi/kinds.py serves the strategies admission relies on:
+    the configurations' defaulting and validation, and the policies' CEL compiled when written."""
     from tests.kubeapi.admission_policy import BindingStrategy, PolicyStrategy
 
-    def cluster(
-        plural: str, kind: str, strategy: Strategy, strategies: dict[tuple[str, ...], str]
-    ) -> ResourceType:
-        return ResourceType(
-            GROUP,
-            "v1",
-            plural,
-            kind,
-            False,
-            strategy,
-            kind.lower(),
-            (),
-            frozenset(),
-            dict(METADATA_FIELDS),
-            strategies,
-        )
-
-    return [
-        cluster(
-            "validatingwebhookconfigurations",
-            "ValidatingWebhookConfiguration",
-            WebhookConfigStrategy(),
-            {("webhooks",): "name"},
-        ),
-        cluster("validatingadmissionpolicies", "ValidatingAdmissionPolicy", PolicyStrategy(), {}),
-        cluster(
-            "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", BindingStrategy(), {}
-        ),
-    ]
+    strategies: dict[str, Strategy] = {
+        "validatingwebhookconfigurations": WebhookConfigStrategy(),
+        "validatingadmissionpolicies": PolicyStrategy(),
+        "validatingadmissionpolicybindings": BindingStrategy(),
+    }
+    for plural, strategy in strategies.items():
+        rt = registry.lookup(GROUP, "v1", plural)
+        if rt is None:
+            raise KeyError(f"{GROUP}/v1 {plural} is not served (tests/kubeapi/kinds.py registers it)")
+        registry.register(replace(rt, strategy=strategy))
 
 
 # -------------------------------------------------------------------------------- matching
@@ -263,9 +248,7 @@ class Admission:
     policy_hook: Callable[[Attributes], None] | None = None
 
     def __post_init__(self) -> None:
-        for rt in admission_types():
-            if self.registry.lookup(rt.group, rt.version, rt.plural) is None:
-                self.registry.register(rt)
+        install_strategies(self.registry)
         from tests.kubeapi.admission_policy import evaluate_policies
 
         self.policy_hook = lambda attrs: evaluate_policies(self.registry, attrs)

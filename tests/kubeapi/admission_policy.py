@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from tests.kubeapi import errors as E
 from tests.kubeapi.errors import ApiError, FieldError
-from tests.kubeapi.registry import Registry, Strategy
+from tests.kubeapi.kinds import BuiltinStrategy
+from tests.kubeapi.registry import Registry
 from tests.kubeapi.typed import WARNINGS
 
 if TYPE_CHECKING:
@@ -36,9 +37,9 @@ REASON_CODES = {"Unauthorized": 401, "Forbidden": 403, "Invalid": 422, "RequestE
 AUDITED: list[str] = []  # Audit-action decisions, newest last (tests read them)
 
 
-class PolicyStrategy(Strategy):
-    model = "V1ValidatingAdmissionPolicy"
-    generation = True
+class PolicyStrategy(BuiltinStrategy):
+    def __init__(self) -> None:
+        super().__init__("V1ValidatingAdmissionPolicy", generation=True, status={})
 
     def default(self, obj: Json) -> Json:
         spec = obj.setdefault("spec", {})
@@ -83,9 +84,9 @@ class PolicyStrategy(Strategy):
         return errors
 
 
-class BindingStrategy(Strategy):
-    model = "V1ValidatingAdmissionPolicyBinding"
-    generation = True
+class BindingStrategy(BuiltinStrategy):
+    def __init__(self) -> None:
+        super().__init__("V1ValidatingAdmissionPolicyBinding", generation=True)
 
     def validate(self, obj: Json, old: Json | None, api_version: str) -> list[FieldError]:
         spec = obj.get("spec") or {}
