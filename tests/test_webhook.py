@@ -23,9 +23,10 @@ from engine.webhook.check import PolicyChecker, Verdict
 from engine.webhook.review import BadReview, review
 from engine.webhook.server import WebhookServer, serve
 from engine.webhook.tls import ServingCert
-from tests.certs import CA, write_secret_volume
 from tests.conftest import policy_text
+from tests.kubeapi.tls import CA
 from tests.qosdcli import qosd
+from tests.secret_volume import write_secret_volume
 
 GOOD = """\
 priority: 10

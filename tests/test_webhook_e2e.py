@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -27,10 +28,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from engine.config.crd import qosd_crds
-from tests.certs import CA, write_secret_volume
 from tests.conftest import policy_text
 from tests.kubeapi import ApiServer
+from tests.kubeapi.tls import CA
+from tests.kubectl import Kubectl
 from tests.qosdcli import ROOT
+from tests.realparts import kubectl_missing
+from tests.secret_volume import write_secret_volume
 
 COMPONENT = ROOT / "examples" / "deploy" / "components" / "webhook"
 HOOK = "qospolicy.qosd.io"
@@ -138,7 +142,7 @@ def ready(hook: Webhook, ca: CA) -> bool:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ApiServer, Webhook, CA]]:
-    server = ApiServer()
+    server = ApiServer(tls=True)  # HTTPS: the real kubectl sends its token only over TLS
     server.start()
     hook: Webhook | None = None
     try:
@@ -320,3 +324,30 @@ def test_a_certificate_not_signed_by_the_ca_bundle_is_refused(env: Any, api: Any
         create(api, GOOD, "batch-audit")
     assert err.value.status == 500
     assert "tls: failed to verify certificate" in refusal(err.value)["message"]
+
+
+@pytest.mark.kubectl
+def test_kubectl_apply_of_a_bad_policy_is_refused_with_qosds_message(env: Any, api: Any, tmp_path: Path) -> None:
+    """The issue's "done when": `kubectl apply -f bad.yaml` refused with qosd's located message,
+    a good one created, and an apply that would break it (a three-way PATCH, an UPDATE) refused."""
+    why = kubectl_missing()
+    if why is not None:
+        pytest.skip(f"the real kubectl is needed: {why}")
+    server = env[0]
+    kubectl = Kubectl(server, tmp_path, str(shutil.which("kubectl")))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(policy_text(BAD, name="ghost-evict"))
+    out = kubectl("apply", "-f", str(bad), check=False)
+    assert out.rc == 1, out
+    denied = f'admission webhook "{HOOK}" denied the request: '
+    assert denied + "QoSPolicy/ghost-evict $.spec.rules[0].then.evict.victims.classes[0]: error:" in out.stderr
+    assert "  hint: " in out.stderr
+    assert server.get(f"{GROUP}/{VERSION}", "QoSPolicy", "ghost-evict") is None
+
+    good = tmp_path / "good.yaml"
+    good.write_text(policy_text(GOOD, name="batch-audit"))
+    assert kubectl("apply", "-f", str(good)).stdout.strip() == "qospolicy.qosd.io/batch-audit created"
+    good.write_text(policy_text(GOOD + BAD, name="batch-audit"))
+    out = kubectl("apply", "-f", str(good), check=False)
+    assert out.rc == 1 and denied + "QoSPolicy/batch-audit $.spec.rules[0]" in out.stderr, out
+    assert server.get(f"{GROUP}/{VERSION}", "QoSPolicy", "batch-audit")["spec"].get("rules") is None
