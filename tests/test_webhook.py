@@ -185,20 +185,14 @@ def cluster_of(*objs: dict[str, Any]) -> Any:
     return current
 
 
-CLASS_A = """\
+TENANT_CLASS = """\
 priority: 5
 classes:
   - name: tenant
-    match: [{labels: {tenant: a}}]
-    cpu: {policy: shared, shares: 512}
+    match: [{labels: {tenant: %s}}]
+    cpu: {policy: shared, shares: %d}
 """
-CLASS_B = """\
-priority: 5
-classes:
-  - name: tenant
-    match: [{labels: {tenant: b}}]
-    cpu: {policy: shared, shares: 2048}
-"""
+CLASS_A, CLASS_B = TENANT_CLASS % ("a", 512), TENANT_CLASS % ("b", 2048)
 
 
 def test_a_policy_is_checked_with_the_other_qospolicies_of_the_cluster() -> None:

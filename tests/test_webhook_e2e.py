@@ -35,24 +35,13 @@ from tests.kubectl import Kubectl
 from tests.qosdcli import ROOT
 from tests.realparts import kubectl_missing
 from tests.secret_volume import write_secret_volume
+from tests.test_webhook import BAD_REFERENCE as BAD
+from tests.test_webhook import GOOD
 
 COMPONENT = ROOT / "examples" / "deploy" / "components" / "webhook"
 HOOK = "qospolicy.qosd.io"
 SERVICE = ("qosd-system", "qosd-webhook")
 GROUP, VERSION, PLURAL = "qosd.io", "v1alpha1", "qospolicies"
-
-GOOD = """\
-priority: 10
-nodeSelector: {matchLabels: {pool: batch}}
-mode: audit
-"""
-BAD = """\
-rules:
-  - name: evict-ghosts
-    when: {node.memory.usage_percent: {gte: 80}}
-    then: {evict: {victims: {classes: [ghost]}, release: {lowerPercent: 70}}}
-"""
-
 
 def component(kind: str, name: str) -> dict[str, Any]:
     for path in sorted(COMPONENT.glob("*.yaml")):
