@@ -147,8 +147,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ApiServer, W
         yield server, hook, ca
     finally:
         if hook is not None:
-            hook.proc.terminate()
-            hook.proc.wait(60)
+            hook.proc.terminate()  # SIGTERM, as the kubelet stops it: a clean exit
+            assert hook.proc.wait(60) == 0, "\n".join(hook.log)
         server.stop()
 
 
