@@ -216,6 +216,25 @@ def test_the_review_is_the_one_kube_apiserver_sends(env: Any, api: Any) -> None:
     assert update_review["request"]["object"]["spec"]["priority"] == 11
 
 
+def test_a_policy_that_conflicts_with_a_stored_one_is_refused(env: Any, api: Any) -> None:
+    """The webhook checks a policy with the QoSPolicies already in the cluster (its own watch):
+    two equal-priority policies that define one class differently fail every node's reload."""
+    from tests.test_webhook import CLASS_A, CLASS_B
+
+    create(api, CLASS_A, "tenant-a")
+    for _ in range(400):  # until the webhook's watch has seen tenant-a (a dry run stores nothing)
+        try:
+            create(api, CLASS_B, "tenant-b", dry_run="All")
+        except ApiException:
+            break
+        threading.Event().wait(0.05)
+    with pytest.raises(ApiException) as err:
+        create(api, CLASS_B, "tenant-b")
+    message = refusal(err.value)["message"]
+    assert message.startswith(f'admission webhook "{HOOK}" denied the request: ')
+    assert "QoSPolicy/tenant-a" in message and "QoSPolicy/tenant-b" in message
+
+
 def test_an_update_that_breaks_a_policy_is_refused_and_the_stored_one_kept(env: Any, api: Any) -> None:
     server = env[0]
     create(api, GOOD, "batch-audit")
