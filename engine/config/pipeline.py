@@ -37,7 +37,7 @@ from engine.config.policy import Policy
 from engine.config.refused import unhidden, withhold, withhold_whole
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
-from engine.config.selector import NODE_NAME_LABEL, document_selector, matches
+from engine.config.selector import NODE_NAME_LABEL, document_selector, matches, selector_problems
 from engine.config.unset import has_unset, unset_problems
 from engine.features.rules.conditions import unknown_fact_problems
 from engine.model.node import NodeInfo
@@ -224,9 +224,11 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
     if render_problems:
         return withhold_whole(doc, problems)
     gaps: list[str] = []
-    if problems or schema_problems(data, doc.locate, partial=gaps) or unset_problems(
-        data.get("spec") or {}, doc.locate
-    ):
+    shape_ok = not problems and not schema_problems(data, doc.locate, partial=gaps)
+    if shape_ok:
+        # Where the document applies: a selector no node can carry is refused like a templated one.
+        problems.extend(selector_problems(data.get("spec"), doc.locate))
+    if problems or not shape_ok or unset_problems(data.get("spec") or {}, doc.locate):
         # The semantic checks need a valid shape: they check what is left once the refused values
         # are taken out, so the document's other problems come out in this run (engine/config/refused).
         # ``problems`` so far say where the document applies is unknown: then nothing of it is merged.

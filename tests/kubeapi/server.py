@@ -34,6 +34,7 @@ import yaml
 
 from tests.kubeapi import apply, discovery, openapi, policy, table
 from tests.kubeapi import errors as E
+from tests.kubeapi.admission import REQUESTER, Admission
 from tests.kubeapi.crd import crd_type
 from tests.kubeapi.errors import ApiError
 from tests.kubeapi.kinds import bootstrap_objects, install_kinds
@@ -354,6 +355,8 @@ class ApiServer:
         for rt in install_kinds():
             self.registry.register(rt)
         self.registry.on_update = apply.track_update
+        self.admission = Admission(self.registry)  # webhooks and ValidatingAdmissionPolicies
+        self.registry.admit = self.admission.admit
         for ns in default_namespaces():
             self.store.write("namespaces", ADDED, ns)
         for obj in bootstrap_objects():
@@ -623,6 +626,7 @@ class ApiServer:
         manager = apply.FIELD_MANAGER.set(query.get("fieldManager") or "")
         try:
             req.identity = self._authenticate(handler)
+            REQUESTER.set(req.identity)  # the admission review's userInfo
             if FIELD_VALIDATION.get() not in FIELD_VALIDATION_MODES:
                 raise E.bad_request(
                     f"fieldValidation parameter unsupported: {FIELD_VALIDATION.get()!r} "
