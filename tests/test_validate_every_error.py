@@ -22,7 +22,13 @@ from hypothesis import strategies as st
 
 from engine.config.errors import PolicyError, Problem
 from engine.config.load import parse_documents
-from engine.config.pipeline import REFERENCE_NODE, build_policy, document_from_object, validate
+from engine.config.pipeline import (
+    REFERENCE_NODE,
+    build_policy,
+    document_from_object,
+    load_documents,
+    validate,
+)
 from engine.reload import ReloadConfig, Reloader
 from tests.conftest import policy_text
 from tests.qosdcli import qosd
@@ -285,3 +291,21 @@ def test_qosd_validate_reports_every_error_of_a_file(
     assert [p["line"] for p in report["problems"]] == sorted(p["line"] for p in report["problems"])
     assert all(p["path"].startswith("$.spec.") for p in report["problems"])
     assert report["valid"] is False and report["summary"].startswith(f"{len(want)} error")
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        "{matchExpressions: [{key: qosd.io/profile, operator: In, values: true}]}",
+        "{matchExpressions: [{key: qosd.io/profile, operator: NotIn, values: {a: 1}}]}",
+        "{matchExpressions: 5, matchLabels: [1]}",
+        "{matchExpressions: [5], matchLabels: {qosd.io/profile: [1]}}",
+    ],
+)
+def test_a_refused_node_selector_is_reported_not_enumerated(selector: str) -> None:
+    """Found by the fuzz harness once validate went on past a schema error: the node variants were
+    enumerated from a selector whose values the schema refused (``'bool' object is not iterable``)."""
+    docs = parse_documents(policy_text(f"nodeSelector: {selector}\n" + CLASSES), "team.yaml")
+    found = validate([*load_documents([]), *docs])
+    assert found and all(p.location.source == "team.yaml" for p in found), [p.format() for p in found]
+    assert all(p.location.path.startswith("$.spec.nodeSelector") for p in found)

@@ -344,7 +344,7 @@ def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[s
         ):
             if isinstance(expr, dict) and isinstance(expr.get("key"), str):
                 vals = values.setdefault(expr["key"], {None})
-                vals.update(str(v) for v in expr.get("values") or [])
+                vals.update(_values(expr))
                 if expr.get("operator") in ("Exists", "NotIn", "Gt", "Lt"):
                     vals.add("qosd-validate-other")
     keys = sorted(values)
@@ -545,6 +545,13 @@ def _selector_keys(doc: Document) -> list[str]:
     return [str(k) for k in keys]
 
 
+def _values(expr: Mapping[str, Any]) -> list[str]:
+    """A match expression's values; none when the schema refused them (validate still enumerates
+    node variants for the rest of the documents, and reports the selector where it is written)."""
+    values = expr.get("values")
+    return [str(v) for v in values] if isinstance(values, list) else []
+
+
 def _satisfying(doc: Document, base: Mapping[str, str]) -> dict[str, str]:
     """Labels of a node that ``doc``'s selector selects (the fallback when variants are too many)."""
     labels = dict(base)
@@ -554,10 +561,11 @@ def _satisfying(doc: Document, base: Mapping[str, str]) -> dict[str, str]:
     match = sel.get("matchLabels")
     if isinstance(match, dict):
         labels.update({str(k): str(v) for k, v in match.items()})
-    for expr in sel.get("matchExpressions") or []:
+    exprs = sel.get("matchExpressions")
+    for expr in exprs if isinstance(exprs, list) else ():
         if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
             continue
-        values = [str(v) for v in expr.get("values") or []]
+        values = _values(expr)
         op = expr.get("operator")
         if op == "In" and values:
             labels[expr["key"]] = values[0]
