@@ -12,6 +12,7 @@ import pytest
 from engine.config.errors import Problem
 from engine.config.pipeline import load_documents, validate
 from tests.kubeapi import ApiServer
+from tests.kubectl import Kubectl, kubectl_against_emulator
 from tests.realparts import RealParts
 
 
@@ -75,3 +76,13 @@ def apiserver() -> Iterator[ApiServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
+    """The real kubectl against a fresh TLS emulator (tests/kubectl.py), one per test module: its
+    state (applied objects, kubectl's discovery cache) carries from test to test within the module.
+    Skips, with the reason, only where kubectl is not installed; mark the module
+    ``pytest.mark.kubectl`` so that skip fails CI on a machine that has it (tests/realparts.py)."""
+    with kubectl_against_emulator(tmp_path_factory.mktemp("kubectl")) as run:
+        yield run

@@ -2,7 +2,8 @@
 
 Some tests exercise the real thing: a writable cgroup v1 hierarchy as root (``realcgroup``), the
 durable_rules backend (``durable``), Linux /proc and /sys (``realproc``), forked children measured
-through /proc (``fork``), this machine's cgroup mounts of any version (``cgroupmount``). Each skips, with its
+through /proc (``fork``), this machine's cgroup mounts of any version (``cgroupmount``), the real
+kubectl binary against the API-server emulator (``kubectl``, tests/kubectl.py). Each skips, with its
 reason, where the machine lacks the part. That is right on a laptop and wrong in CI: if a bug in a
 capability check (or a changed mount, a missing extra) made them all skip, the suite would still be
 green while testing none of the real parts. So this plugin detects each part itself, independently
@@ -10,7 +11,7 @@ of the tests' own checks, and:
 
 * fails the session (exit status 1) when a test marked with a part the machine *has* was skipped,
   naming the test and its skip reason;
-* prints ``real-part tests run: cgroup v1 N, durable M, procfs K, fork F, cgroup mount C`` (and which
+* prints ``real-part tests run: cgroup v1 N, durable M, procfs K, fork F, cgroup mount C, kubectl B`` (and which
   parts are absent here).
 
 A marker may name what else the test needs, so a machine that has the part but not that is not
@@ -23,6 +24,8 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +40,7 @@ PARTS: Mapping[str, str] = {
     "realproc": "procfs",
     "fork": "fork",
     "cgroupmount": "cgroup mount",
+    "kubectl": "kubectl",
 }
 MARKERS = (
     "realcgroup(cpus=1, swap_off=False): needs root and a writable cgroup v1 hierarchy (cpu, cpuacct, "
@@ -45,6 +49,7 @@ MARKERS = (
     "realproc: reads the real Linux /proc and /sys; a skip fails the run on Linux",
     "fork: runs code in a forked child measured through /proc/self; a skip fails the run where fork works",
     "cgroupmount: reads this machine's cgroup mounts (any version); a skip fails the run where one is mounted",
+    "kubectl: runs the real kubectl binary (tests/kubectl.py); a skip fails the run where kubectl is on PATH",
 )
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 
@@ -132,6 +137,21 @@ def cgroup_mount_missing(mounts_file: str = "/proc/self/mounts") -> str | None:
     return "no cgroup filesystem mounted"
 
 
+def kubectl_missing() -> str | None:
+    """Why the real kubectl cannot run here, or None: it must be on PATH and answer
+    ``kubectl version --client`` (a broken install is absent, not a test failure)."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        return "no kubectl binary on PATH"
+    try:
+        done = subprocess.run([binary, "version", "--client"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{binary} does not run: {exc}"
+    if done.returncode != 0:
+        return f"{binary} version --client exited {done.returncode}: {done.stderr.strip()[:200]}"
+    return None
+
+
 def _entered_real_subtree() -> set[str]:
     """Tests that got a real cgroup subtree from tests/realcgroup.py (empty outside this repo's suite)."""
     module = sys.modules.get("tests.realcgroup")
@@ -161,6 +181,8 @@ def detect(part: str, needs: Mapping[str, Any]) -> str | None:
         return fork_missing()
     if part == "cgroupmount":
         return cgroup_mount_missing()
+    if part == "kubectl":
+        return kubectl_missing()
     raise ValueError(f"unknown real part {part!r}")
 
 
@@ -198,6 +220,8 @@ class RealParts:
             # tests/realcgroup.py's helpers skip only for a missing cgroup v1 part: a test that reaches
             # them is a real-cgroup test whether or not it carries the marker
             wanted = [*(wanted or []), ("realcgroup", {})]
+        if report.skipped and _skipped_in(report, "kubectl.py"):
+            wanted = [*(wanted or []), ("kubectl", {})]  # the same for tests/kubectl.py's fixture
         if hasattr(report, "wasxfail") or not (wanted or report.nodeid in _entered_real_subtree()):
             return
         if report.skipped:

@@ -866,7 +866,13 @@ def test_v1_cgroup_cpu_usage_from_cpuacct_deltas(tmp_path: Path) -> None:
     assert second["cpu.throttled_ratio"] == 0.25
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize(
+    ("version", "throttling"),
+    # v1 without throttling reads every counter in one batch and computes the rate inline; v1 with
+    # throttling and v2 go cgroup by cgroup through _cpu_rate: one table holds them equal.
+    [(1, False), (1, True), (2, False)],
+    ids=["v1-batch", "v1-per-cgroup", "v2"],
+)
 @pytest.mark.parametrize(
     ("samples", "expected"),
     [
@@ -884,11 +890,15 @@ def test_v1_cgroup_cpu_usage_from_cpuacct_deltas(tmp_path: Path) -> None:
     ],
 )
 def test_cgroup_usage_needs_a_full_window_and_is_bounded_by_the_node(
-    tmp_path: Path, version: int, samples: list[tuple[float, float]], expected: list[float | None]
+    tmp_path: Path,
+    version: int,
+    throttling: bool,
+    samples: list[tuple[float, float]],
+    expected: list[float | None],
 ) -> None:
     """Issue 14, defect 10 for cgroups: a counter read against the clock over a short window."""
     cg = v1_root(tmp_path) if version == 1 else v2_root(tmp_path)
-    metrics = CgroupMetrics(layout_of(cg), TickReader())
+    metrics = CgroupMetrics(layout_of(cg), TickReader(), CgroupOptions(throttling=throttling))
     got: list[float | None] = []
     for tick, (at, cpu_seconds) in enumerate(samples, 1):
         if version == 1:
@@ -1540,6 +1550,29 @@ def test_discovery_learns_each_names_kind_once_and_again_when_the_directory_chan
             "qosd/d",
         ]
     )
+
+
+def test_discovery_reuses_an_unchanged_listing_and_sees_every_change(tmp_path: Path) -> None:
+    """The daemon discovers every tick: an unchanged hierarchy gives the very list of the last
+    discovery (no matching again), and a cgroup created or removed since, even with the parent's
+    mtime pinned as cgroupfs leaves it, is seen at the next discovery: the listing itself tells."""
+    base = tmp_path / "cpu"
+    for rel in ("qosd/a", "qosd/b", "fixed/x"):
+        (base / rel).mkdir(parents=True)
+    patterns = [("qosd", "*"), ("fixed", "x")]
+    kinds = Kinds()
+    first = discover(str(base), patterns, kinds)
+    assert first == ["fixed/x", "qosd/a", "qosd/b"]
+    assert discover(str(base), patterns, kinds) is first
+    pinned = os.stat(base / "qosd").st_mtime_ns
+    (base / "qosd" / "c").mkdir()
+    os.utime(base / "qosd", ns=(pinned, pinned))
+    assert discover(str(base), patterns, kinds) == ["fixed/x", "qosd/a", "qosd/b", "qosd/c"]
+    (base / "qosd" / "a").rmdir()
+    os.utime(base / "qosd", ns=(pinned, pinned))
+    assert discover(str(base), patterns, kinds) == ["fixed/x", "qosd/b", "qosd/c"]
+    (base / "fixed" / "x").rmdir()  # a literal component: checked every time, never cached
+    assert discover(str(base), patterns, kinds) == ["qosd/b", "qosd/c"] == discover(str(base), patterns)
 
 
 @pytest.mark.parametrize(

@@ -87,6 +87,17 @@ def test_unmarked_but_skipped_by_the_cgroup_helpers():
 @pytest.mark.xfail(reason="known", strict=True)
 def test_expected_failure():
     assert False
+
+
+@pytest.mark.kubectl
+def test_kubectl_skips():
+    pytest.skip("no kubectl binary on PATH")
+
+
+def test_unmarked_but_skipped_by_the_kubectl_harness():
+    from kubectl import need_kubectl
+
+    need_kubectl()
 """
 
 
@@ -99,9 +110,19 @@ def need_cgroup_v1():
 """
 
 
+KUBECTL_HELPERS = """\
+import pytest
+
+
+def need_kubectl():
+    pytest.skip("the real kubectl is needed: no kubectl binary on PATH")
+"""
+
+
 def run_suite(tmp_path: Path, parts: str, cpus: int) -> subprocess.CompletedProcess[str]:
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "realcgroup.py").write_text(HELPERS)  # a skip from here is a real-cgroup skip
+    (tmp_path / "kubectl.py").write_text(KUBECTL_HELPERS)  # ... and from here a kubectl skip
     (tmp_path / "test_tiny.py").write_text(SUITE)
     env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_PARTS": parts, "FAKE_CPUS": str(cpus)}
     return subprocess.run(
@@ -126,8 +147,10 @@ def run_suite(tmp_path: Path, parts: str, cpus: int) -> subprocess.CompletedProc
         ("realcgroup", 1, 1, ["test_cgroup_skips_in_the_call", "test_cgroup_skips_at_setup", "test_unmarked_but_skipped_by_the_cgroup_helpers"]),
         ("durable", 8, 1, ["test_durable_skips"]),
         ("realcgroup,durable", 1, 1, ["test_cgroup_skips_in_the_call", "test_cgroup_skips_at_setup", "test_unmarked_but_skipped_by_the_cgroup_helpers", "test_durable_skips"]),
+        # kubectl on PATH: a kubectl test that skips (marked, or through the harness) fails the run
+        ("kubectl", 8, 1, ["test_kubectl_skips", "test_unmarked_but_skipped_by_the_kubectl_harness"]),
     ],
-    ids=["none", "cgroup-2cpus", "cgroup-1cpu", "durable", "both"],
+    ids=["none", "cgroup-2cpus", "cgroup-1cpu", "durable", "both", "kubectl"],
 )
 def test_a_real_part_skip_fails_only_where_the_part_is_present(
     tmp_path: Path, parts: str, cpus: int, code: int, forbidden: list[str]
@@ -135,7 +158,7 @@ def test_a_real_part_skip_fails_only_where_the_part_is_present(
     result = run_suite(tmp_path, parts, cpus)
     out = result.stdout
     assert result.returncode == code, out + result.stderr
-    assert "real-part tests run: cgroup v1 2, durable 1, procfs 0, fork 0, cgroup mount 0" in out, out
+    assert "real-part tests run: cgroup v1 2, durable 1, procfs 0, fork 0, cgroup mount 0, kubectl 0" in out, out
     reported = sorted(
         line.split("::", 1)[1].split(":", 1)[0]
         for line in out.splitlines()
@@ -144,7 +167,7 @@ def test_a_real_part_skip_fails_only_where_the_part_is_present(
     assert reported == sorted(forbidden), out
     if forbidden:
         assert f"FAILED: {len(forbidden)} real-part test(s) skipped on a machine that has the part" in out
-        assert "(no cgroup v1 here)" in out or "(durable_rules cannot be imported)" in out
+        assert any(f"({why})" in out for why in ("no cgroup v1 here", "durable_rules cannot be imported", "no kubectl binary on PATH"))
 
 
 def test_the_plugin_does_not_mask_a_failure(tmp_path: Path) -> None:
@@ -206,3 +229,14 @@ def test_the_two_former_unenforced_skips_carry_their_parts() -> None:
     assert "fork" in marks(test_render_sandbox.test_python_internals_are_refused)
     assert "cgroupmount" in marks(test_paths.test_detect_reads_this_machine)
     assert {"fork", "cgroupmount"} <= set(PARTS)
+
+
+def test_the_kubectl_tests_carry_their_part() -> None:
+    """Every module that drives the real kubectl is marked, so a skip there fails CI where kubectl
+    is installed (and the harness's own skip counts even without the marker)."""
+    from tests import test_kubectl, test_kubectl_apply
+
+    for module in (test_kubectl, test_kubectl_apply):
+        marks = module.pytestmark if isinstance(module.pytestmark, list) else [module.pytestmark]
+        assert "kubectl" in {m.name for m in marks}, module.__name__
+    assert "kubectl" in PARTS

@@ -40,9 +40,9 @@ from engine.cgroups.mounts import CgroupLayout
 from engine.config.pipeline import build_policy, load_documents
 from engine.evaluate.engine import Engine
 from engine.model.facts import Container, Snapshot, Workload
-from engine.sources.cgroupfs import Observer
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import FileReader, PinnedReader, TickReader, read_many
+from engine.sources.observer import Observer
 from engine.sources.standalone import StandaloneConfig, StandaloneSource
 from tests.builders import snapshot
 from tests.test_collectors import (

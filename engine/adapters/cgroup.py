@@ -178,23 +178,27 @@ class CgroupAdapter:
         if self._calls % DIR_TTL == 0:  # forget directories of cgroups no longer observed
             oldest = self._calls - DIR_TTL
             self._dirs = {k: v for k, v in self._dirs.items() if v[1] > oldest}
+        hosts = self._hosts
         for path, files in wanted.items():
             values: dict[str, str] = {}
+            directories: dict[str, str] = {}  # this path's directory per hierarchy
             for file in files:
-                where = self._hosts.get(file, MISSING)
+                where = hosts.get(file, MISSING)
                 if where is MISSING:
                     located = self._base(file)
-                    where = self._hosts[file] = (
+                    where = hosts[file] = (
                         None if located is None else (*located, host_files(file, located[0]))
                     )
                 if where is None:
                     continue
                 version, base, names = where
-                try:
-                    directory = self._observed_directory(base, path)
-                except PathEscape as exc:
-                    log.warning("not observing %s: %s", path, exc)
-                    break
+                directory = directories.get(base)
+                if directory is None:
+                    try:
+                        directory = directories[base] = self._observed_directory(base, path)
+                    except PathEscape as exc:
+                        log.warning("not observing %s: %s", path, exc)
+                        break
                 texts: dict[str, str] = {}
                 for name in names:
                     key = f"{directory}/{name}"

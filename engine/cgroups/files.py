@@ -244,8 +244,7 @@ def burst_problem(values: Mapping[str, str]) -> str | None:
     quota, burst = int(quota_text), int(burst_text)
     if burst > quota or burst + quota > MAX_CFS_RUNTIME_US:
         return (
-            f"CFS burst {burst} us is above the quota {quota} us "
-            f"(or the two exceed {MAX_CFS_RUNTIME_US} us)"
+            f"CFS burst {burst} us is above the quota {quota} us (or the two exceed {MAX_CFS_RUNTIME_US} us)"
         )
     return None
 
@@ -477,10 +476,17 @@ def from_host(
 ) -> str | None:
     """A logical file's value from its host files (stripped), in the logical file's dialect; None
     when a host file is missing. Unparsable text is passed through for the planner to see."""
-    texts = [current.get(f) for f in host_files(file, version)]
-    if any(t is None for t in texts):
-        return None
-    raw = [t.strip() for t in texts if t is not None]
+    names = host_files(file, version)
+    if len(names) == 1:  # the common case, read for hundreds of cgroups a tick: no lists
+        text = current.get(names[0])
+        if text is None:
+            return None
+        raw = [text.strip()]
+    else:
+        texts = [current.get(f) for f in names]
+        if None in texts:
+            return None
+        raw = [t.strip() for t in texts if t is not None]
     if version == 1:
         if file == "cpu.max":
             q = int_or_none(raw[0])

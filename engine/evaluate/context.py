@@ -10,7 +10,8 @@ cannot reach another's step or the engine's caches.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -27,7 +28,7 @@ from engine.features.reclaim.report import ReportHistory
 from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.features.rules.compiler import CompiledRule, observe
 from engine.model.facts import Snapshot, Workload
-from engine.model.intents import Intent, Provenance
+from engine.model.intents import CgroupIntent, Intent, Provenance
 
 if TYPE_CHECKING:
     from engine.features.class_knobs.step import PodOomPriority
@@ -80,6 +81,17 @@ class Tick:
     def remember(self, path: str, file: str, text: str) -> None:
         """Keep the text a knob that reads ``current`` computed, for the next tick's fallback."""
         self.knob_values[knob_key(path, file)] = text
+
+    def add_unless_set(self, produced: Sequence[CgroupIntent], files: AbstractSet[str]) -> None:
+        """Append ``produced`` (cgroup intents of the files ``files``) except where an intent already
+        holds the same file of the same cgroup: a rule's setCgroup of that file wins over a step that
+        runs after the rules. Only intents of ``files`` are looked at, and nothing is filtered when
+        none of them is taken: a step's hundreds of intents a tick then cost one ``extend``."""
+        taken = {(i.path, i.file) for i in self.intents if isinstance(i, CgroupIntent) and i.file in files}
+        if taken:
+            self.intents.extend(i for i in produced if (i.path, i.file) not in taken)
+        else:
+            self.intents.extend(produced)
 
 
 class Step(Protocol):

@@ -321,6 +321,14 @@ class TickReader:
         return value  # type: ignore[return-value]
 
 
+def read_unshared(reader: Reader, paths: Sequence[str]) -> list[str | None]:
+    """``read_many`` for files that one part of a tick reads once (each cgroup's CPU counter),
+    past a ``TickReader``'s memo: memoizing hundreds of counters nobody else asks for cost a dict
+    insert and a membership test per file per tick."""
+    inner = reader.inner if isinstance(reader, TickReader) else reader
+    return read_many(inner, paths)
+
+
 def read_int(reader: Reader, path: str) -> int | None:
     """A file holding one integer (``cpuacct.usage``, ``memory.current``, ``core_id``)."""
     return int_or_none(reader.read(path))

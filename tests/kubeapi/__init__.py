@@ -7,6 +7,8 @@ documented semantics; where it and the Kubernetes API documentation disagree, th
 Interface (shared with the other test modules)::
 
     server = ApiServer(); url = server.start(); ...; server.stop()     # or: with ApiServer() as server
+    ApiServer(tls=True)                        # HTTPS with a throwaway CA: what the real kubectl needs
+                                               # to send its token (tests/kubectl.py runs kubectl on it)
     server.kubeconfig(path) -> Path            # bearer-token kubeconfig for http://127.0.0.1:<port>
     server.api_client() -> kubernetes.client.ApiClient
     server.put(obj) / get(api_version, kind, name, namespace) / list(api_version, kind, namespace)
@@ -26,14 +28,19 @@ Interface (shared with the other test modules)::
 
 Served: core/v1 pods (+status, +eviction), nodes (+status), namespaces, events; events.k8s.io/v1
 events (same storage as core/v1 events); policy/v1 poddisruptionbudgets; coordination.k8s.io/v1 leases;
-apiextensions.k8s.io/v1 customresourcedefinitions and the custom resources of installed CRDs.
+apiextensions.k8s.io/v1 customresourcedefinitions and the custom resources of installed CRDs; the kinds
+an install applies (kinds.py: ServiceAccount, ConfigMap, Secret, Service, DaemonSet, Deployment, RBAC,
+NetworkPolicy, PriorityClass, admission configuration). Also what kubectl needs: legacy and aggregated
+discovery (discovery.py), OpenAPI v3 (openapi.py), Table output with printer columns (table.py),
+server-side apply with field managers (apply.py) and ``fieldValidation`` (Ignore, Warn: the default,
+Strict).
 
 Differences from a real cluster worth knowing: there are no controllers (a pod deleted with a grace
 period is removed by a timer after ``pod_termination_delay``, PDB budgets are computed at eviction
 time, a deleted namespace takes its objects with it at once), ``put``/``delete`` bypass admission and
-validation (test set-up), server-side apply and CEL validation rules are not implemented, and creating
-an object over HTTP in a namespace that does not exist is a 404 (NamespaceLifecycle), while ``put``
-creates the namespace.
+validation (test set-up), CEL validation rules are not implemented, managed fields are recorded only
+for objects server-side apply has touched (apply.py), and creating an object over HTTP in a namespace
+that does not exist is a 404 (NamespaceLifecycle), while ``put`` creates the namespace.
 """
 
 from tests.kubeapi.errors import ApiError

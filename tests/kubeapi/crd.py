@@ -317,9 +317,12 @@ class CustomResourceStrategy(Strategy):
     generation = True
     allow_unconditional_update = False
 
-    def __init__(self, schema: StructuralSchema | None, status_subresource: bool) -> None:
+    def __init__(
+        self, schema: StructuralSchema | None, status_subresource: bool, columns: tuple[Json, ...] = ()
+    ) -> None:
         self.schema = schema
         self.status_subresource = status_subresource
+        self.columns = columns  # the version's additionalPrinterColumns (tests/kubeapi/table.py)
 
     def default(self, obj: Json) -> Json:
         if self.schema:
@@ -358,6 +361,12 @@ class CrdStrategy(Strategy):
 
     def prepare_update(self, new: Json, old: Json) -> None:
         new["status"] = _crd_status(new)
+        # A condition's lastTransitionTime moves only when its status does.
+        before = {c.get("type"): c for c in (old.get("status") or {}).get("conditions") or []}
+        for condition in new["status"]["conditions"]:
+            previous = before.get(condition["type"])
+            if previous and previous.get("status") == condition["status"] and previous.get("lastTransitionTime"):
+                condition["lastTransitionTime"] = previous["lastTransitionTime"]
 
     def validate(self, obj: Json, old: Json | None, api_version: str) -> list[FieldError]:
         return validate_crd(obj)
@@ -459,7 +468,11 @@ def resource_types(crd: Json) -> list[ResourceType]:
             continue
         schema = ((version.get("schema") or {}).get("openAPIV3Schema")) or None
         status = "status" in (version.get("subresources") or {})
-        strategy = CustomResourceStrategy(StructuralSchema(schema) if schema else None, status)
+        strategy = CustomResourceStrategy(
+            StructuralSchema(schema) if schema else None,
+            status,
+            tuple(version.get("additionalPrinterColumns") or ()),
+        )
         out.append(
             ResourceType(
                 group,
@@ -477,6 +490,7 @@ def resource_types(crd: Json) -> list[ResourceType]:
                 storage=E.qualified(group, plural),
                 to_storage=_set_api_version(f"{group}/{storage_version}"),
                 from_storage=_set_api_version(f"{group}/{version['name']}"),
+                categories=tuple(names.get("categories") or ()),
             )
         )
     return out

@@ -33,7 +33,7 @@ from tests.kubeapi.patch import (
 )
 from tests.kubeapi.selectors import FieldGetter, FieldSelector, LabelSelector
 from tests.kubeapi.store import ADDED, DELETED, MODIFIED, Store, TooOld, copy_json
-from tests.kubeapi.typed import prune_typed
+from tests.kubeapi.typed import WARNINGS, field_validation, prune_typed
 
 Json = dict[str, Any]
 Scheduler = Callable[[float, Callable[[], None]], None]
@@ -373,6 +373,8 @@ class ResourceType:
     storage: str = ""
     to_storage: Callable[[Json], Json] = identity
     from_storage: Callable[[Json], Json] = identity
+    # Discovery's categories (``kubectl get all``, a CRD's spec.names.categories).
+    categories: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -575,6 +577,9 @@ class Registry:
         self.store = store
         self.schedule = schedule
         self.pod_termination_delay = 0.0
+        # Called with (type, old, new) on each main-resource update before it is validated: the
+        # managed-fields bookkeeping of non-apply writes (tests/kubeapi/apply.py).
+        self.on_update: Callable[[ResourceType, Json, Json], None] | None = None
         self._types: dict[tuple[str, str, str], ResourceType] = {}
         self._lock = threading.RLock()
         for rt in builtin_types():
@@ -836,6 +841,8 @@ class Registry:
                 else:
                     new.pop("status", None)
             rt.strategy.prepare_update(new, old)
+            if self.on_update is not None:
+                self.on_update(rt, old, new)
             if rt.strategy.generation and _desired_state(new, rt) != _desired_state(old, rt):
                 meta["generation"] = int(old["metadata"].get("generation") or 0) + 1
         new["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
@@ -1027,7 +1034,8 @@ class Registry:
             meta = {}
         if not isinstance(meta, dict):
             raise E.bad_request("metadata must be an object")
-        obj["metadata"] = {k: v for k, v in meta.items() if v is not None}
+        # Every ObjectMeta field is omitempty: an empty map or list is not there once decoded.
+        obj["metadata"] = {k: v for k, v in meta.items() if v is not None and v != {} and v != []}
         if rt.namespaced:
             given = obj["metadata"].get("namespace")
             if given and given != namespace:
@@ -1035,7 +1043,9 @@ class Registry:
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             obj["metadata"]["namespace"] = namespace
+        mark = len(WARNINGS.get() or [])
         obj = rt.strategy.decode(obj)
+        field_validation(mark)
         return obj
 
 

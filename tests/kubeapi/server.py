@@ -18,6 +18,7 @@ import re
 import secrets
 import select
 import socket
+import ssl
 import tempfile
 import threading
 import time
@@ -31,10 +32,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
+from tests.kubeapi import apply, discovery, openapi, policy, table
 from tests.kubeapi import errors as E
-from tests.kubeapi import policy
 from tests.kubeapi.crd import crd_type
 from tests.kubeapi.errors import ApiError
+from tests.kubeapi.kinds import install_kinds
 from tests.kubeapi.rbac import Identity, RequestInfo, authorize, parse_request
 from tests.kubeapi.registry import DeleteOptions, Registry, ResourceType, default_namespaces
 from tests.kubeapi.selectors import (
@@ -44,7 +46,8 @@ from tests.kubeapi.selectors import (
     parse_label_selector,
 )
 from tests.kubeapi.store import ADDED, DELETED, MODIFIED, Change, Store, TooOld, Watcher
-from tests.kubeapi.typed import WARNINGS
+from tests.kubeapi.tls import ServingCert, serving_cert
+from tests.kubeapi.typed import FIELD_VALIDATION, FIELD_VALIDATION_MODES, WARNINGS
 
 Json = dict[str, Any]
 
@@ -228,12 +231,16 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], api: ApiServer) -> None:
+    def __init__(self, address: tuple[str, int], api: ApiServer, tls: ssl.SSLContext | None = None) -> None:
         self.api = api
         self.connections: set[socket.socket] = set()
         self.connection_threads: set[threading.Thread] = set()
         self.connections_lock = threading.Lock()
         super().__init__(address, _Handler)
+        if tls is not None:
+            # The handshake runs in the connection's own thread (_Handler.setup), so a client that
+            # stalls in it cannot block the accept loop.
+            self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         thread = threading.Thread(
@@ -282,6 +289,13 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # small JSON responses: no 40 ms delayed-ACK stalls
     server: _HttpServer
 
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(10.0)
+            self.request.do_handshake()
+            self.request.settimeout(None)
+        super().setup()
+
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the per-request stderr line; ``server.requests`` is the log."""
 
@@ -314,9 +328,12 @@ class ApiServer:
         pod_termination_delay: float = 0.0,
         history_limit: int = 100_000,
         host: str = "127.0.0.1",
+        tls: bool = False,
     ) -> None:
         self.bookmark_interval = bookmark_interval
         self.host = host
+        # HTTPS with a throwaway CA (tests/kubeapi/tls.py): what the real kubectl needs to send a token.
+        self.serving_cert: ServingCert | None = serving_cert(host) if tls else None
         self.token = secrets.token_hex(16)
         self.requests = RequestLog()
         self._identities: dict[str, Identity] = {self.token: Identity(ADMIN_USER)}
@@ -332,6 +349,9 @@ class ApiServer:
         self.store = Store(history_limit)
         self.registry = Registry(self.store, self._timers.schedule)
         self.registry.register(crd_type(self.registry))
+        for rt in install_kinds():
+            self.registry.register(rt)
+        self.registry.on_update = apply.track_update
         for ns in default_namespaces():
             self.store.write("namespaces", ADDED, ns)
         self._httpd: _HttpServer | None = None
@@ -344,7 +364,8 @@ class ApiServer:
         """Listen on an ephemeral port; returns the base URL."""
         if self._httpd is not None:
             return self.url
-        self._httpd = _HttpServer((self.host, 0), self)
+        context = self.serving_cert.server_context() if self.serving_cert else None
+        self._httpd = _HttpServer((self.host, 0), self, context)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -391,7 +412,8 @@ class ApiServer:
     def url(self) -> str:
         if self._httpd is None:
             raise RuntimeError("ApiServer not started")
-        return f"http://{self.host}:{self._httpd.server_address[1]}"
+        scheme = "https" if self.serving_cert else "http"
+        return f"{scheme}://{self.host}:{self._httpd.server_address[1]}"
 
     # ------------------------------------------------------------------------------ client set-up
 
@@ -408,10 +430,13 @@ class ApiServer:
     def _kubeconfig_dict(self, token: str | None) -> Json:
         token = token or self.token
         user = self._identities[token].user if token in self._identities else "unknown"
+        cluster: Json = {"server": self.url}
+        if self.serving_cert is not None:
+            cluster["certificate-authority-data"] = self.serving_cert.ca_data
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "kubeapi-emulator", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "kubeapi-emulator", "cluster": cluster}],
             "users": [{"name": user, "user": {"token": token}}],
             "contexts": [
                 {
@@ -576,6 +601,9 @@ class ApiServer:
                 body = json.loads(raw)
             except ValueError:
                 body = raw.decode("utf-8", "replace")
+                if content_type == apply.APPLY_PATCH:  # an apply configuration may be YAML
+                    with contextlib.suppress(yaml.YAMLError):
+                        body = yaml.safe_load(body)
         req = _Request(
             handler,
             method,
@@ -587,8 +615,15 @@ class ApiServer:
             parse_request(method, split.path, query),
         )
         warnings = WARNINGS.set([])
+        validation = FIELD_VALIDATION.set(query.get("fieldValidation") or "Warn")
+        manager = apply.FIELD_MANAGER.set(query.get("fieldManager") or "")
         try:
             req.identity = self._authenticate(handler)
+            if FIELD_VALIDATION.get() not in FIELD_VALIDATION_MODES:
+                raise E.bad_request(
+                    f"fieldValidation parameter unsupported: {FIELD_VALIDATION.get()!r} "
+                    f"(one of {', '.join(FIELD_VALIDATION_MODES)})"
+                )
             authorize(req.identity, req.info)
             self._inject_failure(req)
             stall = self._take_stall(req)
@@ -597,7 +632,8 @@ class ApiServer:
             if isinstance(body, str) and method in ("POST", "PUT", "PATCH"):
                 raise E.bad_request(f"the body of the request could not be decoded as JSON: {body[:100]!r}")
             if not req.info.resource_request:
-                self._respond(req, 200, self._non_resource(req))
+                payload, content_type = self._non_resource(req)
+                self._respond(req, 200, payload, content_type=content_type)
                 return
             self._resource(req)
         except ApiError as err:
@@ -614,6 +650,8 @@ class ApiServer:
             )
         finally:
             WARNINGS.reset(warnings)
+            FIELD_VALIDATION.reset(validation)
+            apply.FIELD_MANAGER.reset(manager)
 
     def _authenticate(self, handler: _Handler) -> Identity:
         header = handler.headers.get("Authorization") or ""
@@ -678,13 +716,19 @@ class ApiServer:
         return True
 
     def _respond(
-        self, req: _Request, code: int, payload: Json, headers: dict[str, str] | None = None
+        self,
+        req: _Request,
+        code: int,
+        payload: Json,
+        headers: dict[str, str] | None = None,
+        *,
+        content_type: str = "application/json",
     ) -> None:
         data = encode_json(payload)
         handler = req.handler
         self._log(req, code)  # before the reply: a client that has its answer finds its request logged
         handler.send_response(code)
-        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Type", content_type)
         handler.send_header("Cache-Control", "no-cache, private")
         for key, value in (headers or {}).items():
             handler.send_header(key, value)
@@ -712,81 +756,24 @@ class ApiServer:
 
     # ------------------------------------------------------------------------------ discovery
 
-    def _non_resource(self, req: _Request) -> Json:
+    def _non_resource(self, req: _Request) -> tuple[Json, str]:
+        """/version, the health checks, discovery (tests/kubeapi/discovery.py) and OpenAPI
+        (tests/kubeapi/openapi.py), with the Content-Type each answers in."""
         path = req.path.rstrip("/") or "/"
         if req.method not in ("GET", "HEAD"):
             raise E.method_not_allowed(req.method)
         if path == "/version":
-            return dict(SERVER_VERSION)
+            return dict(SERVER_VERSION), discovery.JSON
         if path in ("/healthz", "/livez", "/readyz"):
-            return {"status": "ok"}
+            return {"status": "ok"}, discovery.JSON
         types = self.registry.types()
-        if path == "/api":
-            return {
-                "kind": "APIVersions",
-                "versions": ["v1"],
-                "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": self.url.split("//")[1]}
-                ],
-            }
-        if path == "/apis":
-            groups: dict[str, list[str]] = {}
-            for rt in types:
-                if rt.group and rt.version not in groups.setdefault(rt.group, []):
-                    groups[rt.group].append(rt.version)
-            return {
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": [
-                    {
-                        "name": g,
-                        "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
-                        "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
-                    }
-                    for g, vs in sorted(groups.items())
-                ],
-            }
-        parts = path.strip("/").split("/")
-        if parts[0] == "api" and len(parts) == 2:
-            group, version = "", parts[1]
-        elif parts[0] == "apis" and len(parts) == 3:
-            group, version = parts[1], parts[2]
-        else:
+        accept = req.handler.headers.get("Accept") or ""
+        found = discovery.serve(path, accept, types, self.url.split("//")[1])
+        if found is None:
+            found = openapi.serve(path, types)
+        if found is None:
             raise E.page_not_found()
-        served = [rt for rt in types if rt.group == group and rt.version == version]
-        if not served:
-            raise E.page_not_found()
-        resources: list[Json] = []
-        for rt in sorted(served, key=lambda r: r.plural):
-            verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-            resources.append(
-                {
-                    "name": rt.plural,
-                    "singularName": rt.singular,
-                    "namespaced": rt.namespaced,
-                    "kind": rt.kind,
-                    "verbs": verbs,
-                    **({"shortNames": list(rt.short_names)} if rt.short_names else {}),
-                }
-            )
-            for sub in sorted(rt.subresources):
-                kind = "Eviction" if sub == "eviction" else rt.kind
-                sub_verbs = ["create"] if sub == "eviction" else ["get", "patch", "update"]
-                resources.append(
-                    {
-                        "name": f"{rt.plural}/{sub}",
-                        "singularName": "",
-                        "namespaced": rt.namespaced,
-                        "kind": kind,
-                        "verbs": sub_verbs,
-                    }
-                )
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}" if group else version,
-            "resources": resources,
-        }
+        return found
 
     # ------------------------------------------------------------------------------ resources
 
@@ -810,9 +797,9 @@ class ApiServer:
         if verb == "watch":
             self._watch(req, rt, namespace or None)
         elif verb == "list":
-            self._respond(req, 200, self._list(req, rt, namespace or None))
+            self._respond_read(req, rt, self._list(req, rt, namespace or None), listed=True)
         elif verb == "get":
-            self._respond(req, 200, self.registry.get(rt, namespace, name))
+            self._respond_read(req, rt, self.registry.get(rt, namespace, name), listed=False)
         elif verb == "create" and info.subresource == "eviction":
             self._respond(req, 201, policy.evict(self.registry, namespace, name, req.body))
         elif verb == "create" and not name:
@@ -824,6 +811,18 @@ class ApiServer:
         elif verb == "update":
             obj, created = self.registry.update(
                 rt, namespace, name, req.body, subresource=info.subresource, dry_run=dry_run
+            )
+            self._respond(req, 201 if created else 200, obj)
+        elif verb == "patch" and req.content_type == apply.APPLY_PATCH:
+            obj, created = apply.server_side_apply(
+                self.registry,
+                rt,
+                namespace,
+                name,
+                req.body,
+                force=req.query.get("force") in _TRUE,
+                subresource=info.subresource,
+                dry_run=dry_run,
             )
             self._respond(req, 201 if created else 200, obj)
         elif verb == "patch":
@@ -839,6 +838,19 @@ class ApiServer:
             self._respond(req, 200, self._delete_collection(req, rt, namespace or None))
         else:
             raise E.method_not_allowed(req.method)
+
+    def _respond_read(self, req: _Request, rt: ResourceType, payload: Json, *, listed: bool) -> None:
+        """A get or list answer, as a Table when the client asked for one (tests/kubeapi/table.py)."""
+        if not table.wants_table(req.handler.headers.get("Accept") or ""):
+            self._respond(req, 200, payload)
+            return
+        if listed:
+            items = [{"apiVersion": rt.api_version, "kind": rt.kind, **item} for item in payload["items"]]
+            meta = payload["metadata"]
+        else:
+            items, meta = [payload], {"resourceVersion": payload["metadata"].get("resourceVersion", "")}
+        converted = table.to_table(rt, items, meta, req.query.get("includeObject", ""))
+        self._respond(req, 200, converted, content_type=table.TABLE)
 
     def _selectors(self, req: _Request, rt: ResourceType) -> tuple[LabelSelector, FieldSelector]:
         return (
@@ -1104,11 +1116,22 @@ def _read_body(handler: _Handler) -> bytes:
 
 
 def _peer_closed(sock: socket.socket) -> bool:
-    """True when the client closed its end (readable with no data)."""
+    """True when the client closed its end (readable with no data). Only asked of a connection
+    the client sends nothing more on (a watch, a held request): over TLS a peek would see the
+    close_notify record rather than the end of the stream, so the readable record is read."""
     try:
         readable, _, _ = select.select([sock], [], [], 0)
         if not readable:
             return False
+        if isinstance(sock, ssl.SSLSocket):
+            timeout = sock.gettimeout()
+            sock.settimeout(0.0)
+            try:
+                return sock.recv(1) == b""
+            except (ssl.SSLWantReadError, BlockingIOError):
+                return False
+            finally:
+                sock.settimeout(timeout)
         return sock.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):
         return True

@@ -16,8 +16,30 @@ from typing import Any
 
 from kubernetes.client import models
 
+from tests.kubeapi.errors import bad_request
+
 # Unknown-field warnings of the request being handled (None outside a request).
 WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("kubeapi_warnings", default=None)
+# The request's ``fieldValidation`` (Ignore, Warn, Strict), set by the server for each request.
+FIELD_VALIDATION: contextvars.ContextVar[str] = contextvars.ContextVar("kubeapi_field_validation", default="Warn")
+FIELD_VALIDATION_MODES = ("Ignore", "Warn", "Strict")
+
+
+def field_validation(mark: int) -> None:
+    """Apply the request's fieldValidation to the unknown fields found since ``mark`` (the length of
+    WARNINGS before the body was decoded): Warn keeps them as Warning headers, Ignore drops them,
+    Strict refuses the request with 400 BadRequest, in the API server's wording ("strict decoding
+    error: unknown field ..."; https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation)."""
+    warnings = WARNINGS.get()
+    if warnings is None or len(warnings) <= mark:
+        return
+    found = warnings[mark:]
+    mode = FIELD_VALIDATION.get()
+    if mode == "Warn":
+        return
+    del warnings[mark:]
+    if mode == "Strict":
+        raise bad_request("strict decoding error: " + ", ".join(found))
 
 
 @cache

@@ -142,8 +142,11 @@ def _normalise(file: str, fn: KnobFn) -> KnobFn:
         return fn
 
     def normalised(
-        w: Workload | None, node: Mapping[str, Any], ctr: Container | None = None,
-        current: float | None = None, /,
+        w: Workload | None,
+        node: Mapping[str, Any],
+        ctr: Container | None = None,
+        current: float | None = None,
+        /,
     ) -> str | None:
         text = fn(w, node, ctr, current)
         if text is None:
@@ -309,6 +312,7 @@ class _RunMemo:
     workloads: tuple[Workload, ...]
     version: int | None
     intents: tuple[CgroupIntent, ...]
+    files: frozenset[str]  # the files of ``intents``
     notes: tuple[Skipped, ...]
     ooms: tuple[PodOomPriority, ...]
 
@@ -354,7 +358,6 @@ class ClassKnobStep:
     def run(self, snap: Snapshot, node: Mapping[str, Any], t: Tick) -> tuple[PodOomPriority, ...]:
         """Append this tick's class-knob intents and notes; return every active pod's OOM priority."""
         version = snap.cgroup_version if snap.cgroup_version in (1, 2) else None
-        taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
         whole = self._run_memo
         if (
             whole is not None
@@ -362,7 +365,7 @@ class ClassKnobStep:
             and whole.version == version
             and same_workloads(whole.workloads, snap.workloads)
         ):
-            t.intents.extend(i for i in whole.intents if (i.path, i.file) not in taken)
+            t.add_unless_set(whole.intents, whole.files)
             t.skipped.extend(whole.notes)
             return whole.ooms
         asks: dict[str, MemoryQosAsk] = {}
@@ -415,11 +418,11 @@ class ClassKnobStep:
                     kube_qos_dir_intents(qos_inputs, version, self._qos_provenance),
                 )
             produced.extend(self._qos_intents)
-        t.intents.extend(i for i in produced if (i.path, i.file) not in taken)
+        files = frozenset(i.file for i in produced)
+        t.add_unless_set(produced, files)
         out = tuple(ooms)
-        self._run_memo = (
-            _RunMemo(snap.workloads, version, tuple(produced), tuple(notes.values()), out) if stable else None
-        )
+        memo_of = _RunMemo(snap.workloads, version, tuple(produced), files, tuple(notes.values()), out)
+        self._run_memo = memo_of if stable else None
         return out
 
     # ---------------------------------------------------------------- one pod

@@ -43,6 +43,8 @@ NO_FILES: Mapping[str, str] = MappingProxyType({})
 
 Previous = tuple[tuple[Key, frozenset[int]], ...]
 
+POOL_FILES = frozenset({"cpuset.cpus", "cpuset.mems"})  # the files the pool step writes
+
 
 class PoolStep:
     """Pool specs of one generation, and the last plan with the inputs it was computed from."""
@@ -83,10 +85,7 @@ class PoolStep:
         """The pools' cpusets, except where a rule set the same file (suppress narrowing a cpuset)."""
         if t.pool_plan is None:
             return
-        taken = {(i.path, i.file) for i in t.intents if isinstance(i, CgroupIntent)}
-        t.intents.extend(
-            i for i in self.intents(snap, t.pool_plan, self.policy.hash) if (i.path, i.file) not in taken
-        )
+        t.add_unless_set(self.intents(snap, t.pool_plan, self.policy.hash), POOL_FILES)
 
     def plan(self, snap: Snapshot) -> PoolPlan | None:
         if not self.specs:
