@@ -204,6 +204,8 @@ class Snapshot:
     # it (cpu.shares vs cpu.weight); unknown falls back to names the cgroup adapter translates.
     cgroup_version: int | None = None
     host_apps: tuple[HostApp, ...] = ()
+    # The Node object's annotations (Koordinator's node.koordinator.sh/reservation lives there).
+    node_annotations: Mapping[str, str] = field(default_factory=dict)
 
     @cached_property
     def by_uid(self) -> Mapping[str, Workload]:
@@ -274,6 +276,7 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
         _resctrl(node_raw.get("resctrl")),
         (node_raw.get("cgroup") or {}).get("version"),
         tuple(_host_app(a) for a in data.get("hostApplications") or ()),
+        MappingProxyType(dict(node_raw.get("annotations") or {})),
     )
 
 
