@@ -306,10 +306,15 @@ def _numeric(*values: Any) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
+def kubernetes_units(resource: str, value: float) -> int:
+    """A reclaimed resource as the Node is told it: both anchors publish CPU in milli-cores as an
+    integer, memory in bytes. Rounded, not truncated: 1.001 cores is 1000.9999999999999 milli-cores
+    in binary floating point."""
+    return round(value * 1000) if resource == "cpu" else round(value)
+
+
 def _quantity(value: float, cores: bool) -> str:
-    """Both anchors publish CPU in milli-cores as an integer, memory in bytes. Rounded, not
-    truncated: 1.001 cores is 1000.9999999999999 milli-cores in binary floating point."""
-    return str(round(value * 1000)) if cores else str(round(value))
+    return str(kubernetes_units("cpu" if cores else "memory", value))
 
 
 def _node_op(intent: NodeIntent) -> Operation:

@@ -138,9 +138,14 @@ def _fmt(units: int, scale: int) -> str:
     return _num(units / scale)
 
 
+def degraded(metrics_age: float | None, degrade_after: float | None) -> bool:
+    """Koordinator isDegradeNeeded: metrics older than degradeTimeMinutes withdraw the resource (also
+    the daemon's ``qosd_reclaim_degraded`` gauge, so the alert and the withdrawal agree)."""
+    return degrade_after is not None and metrics_age is not None and metrics_age > degrade_after
+
+
 def _stale(resource: str, metrics_age: float | None, degrade_after: float | None) -> Reclaimable | None:
-    """Koordinator isDegradeNeeded: metrics older than degradeTimeMinutes withdraw the resource."""
-    if degrade_after is not None and metrics_age is not None and metrics_age > degrade_after:
+    if degraded(metrics_age, degrade_after):
         return Reclaimable(
             resource, None, f"metrics are {metrics_age:g}s old (> degradeAfter {degrade_after:g}s)", {}
         )
