@@ -94,10 +94,18 @@ def mode(ds: dict[str, Any]) -> str:
     return str(value)
 
 
+# What the downward API gives a pod, for expanding $(VAR) as the kubelet would.
+DOWNWARD = {"spec.nodeName": "node-a", "metadata.namespace": "qosd-system", "status.podIP": "10.244.1.7"}
+
+
 def expanded_args(c: dict[str, Any]) -> list[str]:
-    """The arguments as the kubelet passes them: $(VAR) replaced by an env entry's literal value
-    ($$ is a literal $; an undefined variable stays as written, which qosd would then refuse)."""
-    env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+    """The arguments as the kubelet passes them: $(VAR) replaced by an env entry's value, literal
+    or from the downward API ($$ is a literal $; an undefined variable stays as written, which qosd
+    would then refuse)."""
+    env = {
+        e["name"]: e["value"] if "value" in e else DOWNWARD[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for e in c.get("env", [])
+    }
 
     def one(arg: str) -> str:
         return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]) if m[1] else "$", arg)
@@ -270,14 +278,14 @@ def test_the_daemonset_is_hygienic(ds: dict[str, Any]) -> None:
 def test_the_daemonset_arguments_are_flags_qosd_run_has(ds: dict[str, Any]) -> None:
     args = run_args(ds)
     assert args.rules == [Path("/etc/qosd/rules")]
-    assert args.listen == ":9464"
+    assert args.listen == DOWNWARD["status.podIP"] + ":9464"  # the pod's IP only (docs/monitoring.md)
     assert not args.standalone and not args.dry_run
 
 
 @renders
 def test_node_name_and_namespace_come_from_the_downward_api(ds: dict[str, Any]) -> None:
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container(ds)["env"] if "valueFrom" in e}
-    assert env == {"NODE_NAME": "spec.nodeName", "POD_NAMESPACE": "metadata.namespace"}
+    assert env == {"NODE_NAME": "spec.nodeName", "POD_NAMESPACE": "metadata.namespace", "POD_IP": "status.podIP"}
 
 
 @renders
