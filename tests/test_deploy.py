@@ -63,8 +63,10 @@ def render(directory: Path) -> list[dict[str, Any]]:
     return list(_render(str(directory)))
 
 
-def render_with(tmp: Path, components: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The base with these components, as a user's own overlay would add them. Kustomize takes
+def render_with(
+    tmp: Path, components: tuple[str, ...], base: Path = BASE, **extra: Any
+) -> list[dict[str, Any]]:
+    """``base`` with these components, as a user's own overlay would add them. Kustomize takes
     only relative paths, and refuses an overlay inside its base's directory: hence tmp."""
     rel = functools.partial(os.path.relpath, start=tmp)
     (tmp / "kustomization.yaml").write_text(
@@ -72,8 +74,9 @@ def render_with(tmp: Path, components: tuple[str, ...]) -> list[dict[str, Any]]:
             {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
-                "resources": [rel(BASE)],
+                "resources": [rel(base)],
                 "components": [rel(DEPLOY / "components" / c) for c in components],
+                **extra,
             }
         )
     )
@@ -209,6 +212,23 @@ def test_every_component_combination_renders_over_the_base_and_keeps_it(
     assert mode(qosd) == ("enforce" if "enforce" in components else "audit")
     for d in daemonsets(docs).values():
         check_hygiene(d)
+
+
+@renders
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_an_image_set_in_a_users_overlay_reaches_every_container(overlay: str, tmp_path: Path) -> None:
+    """README: an `images:` entry named qosd in an overlay of your own sets the image of everything
+    it renders, the canary's second DaemonSet and the components' workloads included."""
+    image = {"name": "qosd", "newName": "registry.example/qosd", "newTag": "9.9.9"}
+    docs = render_with(tmp_path, COMPONENTS, DEPLOY / "overlays" / overlay, images=[image])
+    images = [
+        c["image"]
+        for d in docs
+        if d["kind"] in ("DaemonSet", "Deployment")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+    assert len(images) >= (2 if overlay == "canary-enforce" else 1)
+    assert set(images) == {"registry.example/qosd:9.9.9"}
 
 
 @renders
