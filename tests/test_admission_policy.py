@@ -1,4 +1,4 @@
-"""The ValidatingAdmissionPolicy qosd ships (examples/deploy/admission-policy.yaml): its CEL really
+"""The ValidatingAdmissionPolicy qosd ships (examples/deploy/base/admission-policy.yaml): its CEL really
 evaluated (cel-python, in the API-server emulator) against good and bad QoSPolicies created through
 the official client, and the same verdict from ``qosd validate``'s checks on each, so the cheap
 check in the API server and qosd never disagree. Also: the webhook components render with the real
@@ -24,7 +24,7 @@ from tests.kubeapi import ApiServer
 from tests.qosdcli import ROOT
 
 DEPLOY = ROOT / "examples" / "deploy"
-POLICY_FILE = DEPLOY / "admission-policy.yaml"
+POLICY_FILE = DEPLOY / "base" / "admission-policy.yaml"
 GROUP, VERSION, PLURAL = "qosd.io", "v1alpha1", "qospolicies"
 DENIED = (
     "qospolicies.qosd.io \"{name}\" is forbidden: ValidatingAdmissionPolicy 'qospolicy-structure.qosd.io' "

@@ -106,6 +106,25 @@ def test_one_tick_enforces_the_bundled_policy_and_a_steady_state_writes_nothing(
     assert adapter_of(d).writes == writes
 
 
+@pytest.mark.realcgroup
+def test_audit_mode_decides_the_same_writes_and_makes_none(tree: Subtree, tmp_path: Path) -> None:
+    """`--mode audit` on the real hierarchy: the tick decides what enforce mode writes (the test
+    above), holds each write with the audit reason, and the kernel's values stay as they were."""
+    before = {g: tree.read("cpu", g, "cpu.shares") for g in ("web", "batch")}
+    d = daemon(tree, tmp_path, "--mode", "audit")
+    result = d.tick()
+    assert result is not None, d.last_error
+    assert result.plan.operations == ()
+    held = [h for h in result.plan.held if h.reason.startswith("audit mode (qosd run --mode audit)")]
+    assert any(getattr(h.intent, "path", "").endswith("/batch") for h in held)
+    assert {g: tree.read("cpu", g, "cpu.shares") for g in ("web", "batch")} == before
+    if (tree.dir("cpu", "batch") / "cpu.idle").exists():
+        assert tree.read("cpu", "batch", "cpu.idle") == "0"
+    assert d.metrics.registry.get_sample_value("qosd_held_total", {"rule": held[0].intent.provenance.rule}) == sum(
+        1 for h in result.plan.held if h.intent.provenance.rule == held[0].intent.provenance.rule
+    )
+
+
 def overlay(path: Path, shares: int) -> None:
     path.write_text(
         "apiVersion: qosd.io/v1alpha1\nkind: QoSPolicy\nmetadata: {name: batch-shares}\n"

@@ -2,7 +2,7 @@
 
 Kubernetes API: the in-repo emulator (tests/kubeapi), reached over real HTTP by the official client;
 no kube-apiserver can run here. The daemon authenticates as the DaemonSet's ServiceAccount and the
-emulator enforces examples/deploy/rbac.yaml, so every test also checks that the shipped RBAC is
+emulator enforces examples/deploy/base/rbac.yaml, so every test also checks that the shipped RBAC is
 enough (a 403 fails the test). Cgroups: a temporary tree with the cgroup v2 file names (the pods
 are the emulator's; there is no kubelet to create their cgroups on this machine's real hierarchy).
 """
@@ -77,7 +77,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
 
 
 def rbac_rules() -> list[dict[str, Any]]:
-    docs = [d for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if d]
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "base" / "rbac.yaml").read_text()) if d]
     return [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
 
 
@@ -234,7 +234,7 @@ def run_qosd(cluster: ApiServer, tmp_path: Path) -> Iterator[Callable[..., Runni
     yield start
     stop_daemons(started)
     for running in started:
-        assert running.forbidden() == [], "examples/deploy/rbac.yaml is missing a permission"
+        assert running.forbidden() == [], "examples/deploy/base/rbac.yaml is missing a permission"
 
 
 def test_creating_updating_and_deleting_a_policy_reloads_the_daemon_and_the_status_says_so(
@@ -427,6 +427,49 @@ def test_a_rule_asking_for_the_pods_own_grace_period_sends_the_pods_terminationg
     assert [r.json["deleteOptions"]["gracePeriodSeconds"] for r in sent] == [45] * len(sent)
     assert sent[0].status == 201
     wait_for("the metric", lambda: q.metric("qosd_actions_total", action="evictPod", result="applied") == 1)
+
+
+def test_audit_mode_decides_and_sends_events_but_evicts_publishes_and_writes_nothing(
+    cluster: ApiServer, run_qosd: Callable[..., Running], tmp_path: Path
+) -> None:
+    """`--mode audit`, the kustomize base's first install: the same policy that evicts and
+    publishes in enforce mode (the tests above) here only decides, counts and sends Events."""
+    cluster.put(pod("batch", "be"))
+    tree = tmp_path / "cgroup"
+    before = sorted((p.relative_to(tree), p.read_bytes()) for p in tree.rglob("*") if p.is_file()) if tree.exists() else []
+    q = run_qosd(BASE + EVICT, "--mode", "audit")
+    wait_for("a WouldEvict Event on the Node", lambda: q.events("WouldEvict"))
+    (event,) = q.events("WouldEvict")
+    assert (event["involvedObject"]["kind"], event["involvedObject"]["name"]) == ("Node", NODE)
+    assert "would evict pod default/batch (rule evict-be)" in event["message"]
+    # The pod stays, so the rule decides it again after its cooldown (1s); the same decision is
+    # sent once per AUDIT_EVENT_SECONDS, not every round, or it would use up the Node's Event budget.
+    wait_for(
+        "the decision made again and its Event held back",
+        lambda: q.metric("qosd_actions_total", action="emitEvent", result="skipped") >= 2,
+    )
+    assert [e.get("count", 1) for e in q.events("WouldEvict")] == [1]
+
+    assert cluster.requests.matching("POST", r"/eviction$") == []
+    assert cluster.requests.matching("DELETE", r"/pods/") == []
+    assert cluster.requests.matching("PATCH", rf"^/api/v1/nodes/{NODE}") == []  # no status, taint or label
+    status = (cluster.get("v1", "Node", NODE) or {}).get("status") or {}
+    assert BATCH_CPU not in (status.get("capacity") or {})
+    assert cluster.get("v1", "Pod", "batch", "default") is not None
+    after = sorted((p.relative_to(tree), p.read_bytes()) for p in tree.rglob("*") if p.is_file())
+    assert [f for f, _ in after if str(f) != "cgroup.controllers"] == [f for f, _ in before if str(f) != "cgroup.controllers"]
+    # What was decided is counted: the rules fired, and their intents were held by the audit guard.
+    assert q.metric("qosd_rule_matches_total", rule="evict-be", mode="enforce") >= 1
+    assert q.metric("qosd_held_total", rule="evict-be") >= 1
+    assert q.metric("qosd_held_total", rule="publish") >= 1
+    assert q.metric("qosd_actions_total", action="emitEvent", result="applied") == 1
+    for action in ("evictPod", "publishNodeResource", "writeCgroup"):
+        assert all(
+            q.metric("qosd_actions_total", action=action, result=r) == 0
+            for r in ("applied", "failed", "deferred", "vanished", "unchanged", "skipped")
+        ), action
+    # And the node's status says what runs, as in enforce mode.
+    wait_for("the node status", lambda: q.node_status().get("applied", {}).get("generation") == 1)
 
 
 MERGE = "application/merge-patch+json"  # the content type of the admin's patches below

@@ -43,10 +43,10 @@ def _docs(text: str) -> list[Json]:
 
 
 def _crd(plural: str) -> Json:
-    for doc in _docs((REPO / "examples/deploy/crds.yaml").read_text()):
+    for doc in _docs((REPO / "examples/deploy/base/crds.yaml").read_text()):
         if doc["spec"]["names"]["plural"] == plural:
             return doc
-    raise AssertionError(f"no CRD for {plural} in examples/deploy/crds.yaml")
+    raise AssertionError(f"no CRD for {plural} in examples/deploy/base/crds.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -123,7 +123,7 @@ def test_strict_turns_warnings_into_errors(tmp_path: Path) -> None:
 
 
 def test_the_bundled_and_example_policies_have_no_warnings(capsys: pytest.CaptureFixture[str]) -> None:
-    for paths in ([], ["rules/examples"], ["examples/policies"], ["examples/deploy/rules", "examples/deploy/canary-policy.yaml"]):
+    for paths in ([], ["rules/examples"], ["examples/policies"], ["examples/deploy/base/rules", "examples/deploy/canary-policy.yaml"]):
         code = main(["validate", "--strict", *[str(ROOT / p) for p in paths]])
         _, err = capsys.readouterr()
         assert code == 0, err

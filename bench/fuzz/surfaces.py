@@ -297,7 +297,7 @@ class RulesSurface(Surface):
             (ROOT / "examples" / "policies").glob("*.yaml")
         )
         files += [
-            ROOT / "examples/deploy/rules/site.yaml",
+            ROOT / "examples/deploy/base/rules/site.yaml",
             ROOT / "examples/deploy/canary-policy.yaml",
             ROOT / "examples/snapshots/batch-overlays.yaml",
         ]

@@ -87,7 +87,7 @@ def may_overlap(a: Selector | None, b: Selector | None) -> bool:
 
 # What a Kubernetes node can carry (k8s.io/apimachinery validation: IsQualifiedName, IsValidLabelValue,
 # IsDNS1123Subdomain). A selector naming anything else never matches a node: refused, located, here
-# and in the API server's CEL check (examples/deploy/admission-policy.yaml), which says the same.
+# and in the API server's CEL check (examples/deploy/base/admission-policy.yaml), which says the same.
 _NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
 _SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 _LABEL_KEY = re.compile(rf"(({_SUBDOMAIN})/)?{_NAME}")

@@ -26,6 +26,9 @@ long-running process needs around it:
   which a DaemonSet would only restart from). SIGHUP re-reads the rule files through the one reload
   path (the daemon convention; a save the file watcher missed, or ``--no-watch``). SIGUSR1 logs the
   generation, health, readiness and engine state and changes nothing. Each is logged.
+- **Audit mode** (``--mode audit``, what the kustomize base installs): the plan is made as in enforce
+  mode, then only its Events are sent (each eviction becomes a ``WouldEvict`` Event on the Node); every
+  other operation is held with its reason, and the executor wired for it has no other adapter.
 - **Audit log.** JSON Lines, one Evaluation document per tick in which something was decided (an
   operation, something held back, a skipped rule or a workload issue), each intent with its
   provenance, plus each operation's result. ``qosd explain`` reads it.

@@ -43,6 +43,7 @@ class DaemonConfig:
     interval: float = 1.0
     once: bool = False
     dry_run: bool = False
+    audit: bool = False  # --mode audit: Events only, nothing written or evicted (Guards.audit)
     eviction_burst: int = 3
     backend: str = "python"
     state_file: Path | None = None
@@ -170,7 +171,9 @@ class Daemon:
         self._started = False
         self._announced = False  # the start-up line, at the first tick a policy is in effect
         self.state = load_state(config.state_file)
-        self.guards = Guards(dry_run=config.dry_run, eviction_burst=config.eviction_burst)
+        self.guards = Guards(
+            dry_run=config.dry_run, eviction_burst=config.eviction_burst, audit=config.audit
+        )
         self.stop = threading.Event()
         self.ticks = 0
         self.last_tick_at: float | None = None
@@ -285,6 +288,7 @@ class Daemon:
             "hash": engine.policy.hash[:12],
             "policies": [d.name for d in engine.policy.documents],
             "dryRun": self.config.dry_run,
+            "enforcement": "audit" if self.config.audit else "enforce",
         }
         log.info("qosd running: first tick done", extra={"fields": fields})
         if not snap.workloads and self.config.mode == "standalone":
@@ -389,7 +393,11 @@ class Daemon:
     def run(self) -> int:
         """Tick every ``interval`` until stopped; exit code 0 on a clean stop, 1 if no policy ever loaded."""
         self._install_signals()
-        fields: dict[str, Any] = {"interval": self.config.interval, "dryRun": self.config.dry_run}
+        fields: dict[str, Any] = {
+            "interval": self.config.interval,
+            "dryRun": self.config.dry_run,
+            "enforcement": "audit" if self.config.audit else "enforce",
+        }
         if self.config.listen:
             host, port = self.serve(self.config.listen)
             fields["listen"] = f"{host}:{port}"  # the port bound, when asked for :0

@@ -43,6 +43,17 @@ LOOP: tuple[Flag, ...] = (
         },
     ),
     (("--once",), {"action": "store_true", "help": "run one tick and exit (with --dry-run: print its plan)"}),
+    (
+        ("--mode",),
+        {
+            "dest": "enforcement",
+            "choices": ("enforce", "audit"),
+            "default": "enforce",
+            "help": "enforce: apply every decision (default). audit: decide, count and log as in enforce "
+            "mode and send Events (a WouldEvict Event for each eviction), but write no cgroup or "
+            "resctrl file, evict nothing and change nothing on the Node (a first install's mode)",
+        },
+    ),
 )
 NODE: tuple[Flag, ...] = (
     (

@@ -7,6 +7,7 @@ import argparse
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -14,7 +15,7 @@ from typing import Any
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.evict import StandaloneEvictions
-from engine.adapters.executor import NodeExecutor
+from engine.adapters.executor import Handler, NodeExecutor
 from engine.adapters.fsio import open_nofollow
 from engine.adapters.recorder import RecordingExecutor
 from engine.adapters.resctrl import ResctrlAdapter
@@ -22,13 +23,15 @@ from engine.adapters.result import OperationResult
 from engine.cgroups.mounts import CgroupUnavailable
 from engine.config.errors import UsageError
 from engine.config.pipeline import node_labels
+from engine.daemon.faults import Throttle
 from engine.daemon.logs import configure_logging, log
 from engine.daemon.loop import Daemon, DaemonConfig
 from engine.daemon.parts import Executor, OperationOutcome
 from engine.evaluate.engine import Engine
 from engine.model.facts import Snapshot
 from engine.model.intents import CgroupIntent
-from engine.model.operations import EvictPod, Operation, WriteCgroup
+from engine.model.operations import EmitEvent, EvictPod, Operation, WriteCgroup
+from engine.plan.planner import WOULD_EVICT
 from engine.sources.collector import CollectorOptions, NodeCollector
 from engine.sources.files import PinnedReader
 from engine.sources.standalone import PatternError, StandaloneSource, standalone_collector
@@ -129,6 +132,7 @@ def _config(
         interval=interval,
         once=args.once,
         dry_run=args.dry_run,
+        audit=args.enforcement == "audit",
         eviction_burst=args.eviction_burst,
         backend=args.backend,
         state_file=_state_file(args.state_file),
@@ -187,6 +191,9 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
     executor: Executor
     if args.dry_run:
         executor = RecordingExecutor()
+    elif args.enforcement == "audit":
+        # Standalone audit: no Events to send (no API), so nothing at all is executed.
+        executor = RecordingExecutor("audit mode (qosd run --mode audit): recorded, not executed")
     else:
         source = collector.source
         if not isinstance(source, StandaloneSource):
@@ -265,6 +272,11 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
     executor: Executor
     if args.dry_run:
         executor = RecordingExecutor()
+    elif args.enforcement == "audit":
+        # The planner holds every write in audit mode; the executor can do nothing but send Events
+        # either, so audit being side-effect free is a property of the wiring too.
+        kube_ops = KubeOperations(api, node_name, events, node.node)
+        executor = NodeExecutor(others={EmitEvent.kind: audit_events(kube_ops.handlers()[EmitEvent.kind])})
     else:
         kube_ops = KubeOperations(api, node_name, events, node.node)
         executor = NodeExecutor(
@@ -339,6 +351,25 @@ def _node_status_reflector(api: Any, poke: Callable[[], None], aggregator: Any) 
     aggregator.node_statuses = reflector.items
     reflector.start()
     return reflector
+
+
+# A pod audit mode would evict stays, so the same decision comes back every round: its WouldEvict
+# Event is sent at most this often (one spam-filter token comes back every 5 minutes: more would
+# use up the Node's Event budget and silence its other Events, such as PolicyRejected).
+AUDIT_EVENT_SECONDS = 300.0
+
+
+def audit_events(emit: Handler, clock: Callable[[], float] = time.monotonic) -> Handler:
+    """``emit`` with repeated WouldEvict Events (same pod, same rule) held back for AUDIT_EVENT_SECONDS."""
+    throttle = Throttle(AUDIT_EVENT_SECONDS, clock)
+
+    def run(op: Operation) -> OperationResult:
+        if isinstance(op, EmitEvent) and op.reason == WOULD_EVICT and throttle.admit(op.message) is None:
+            why = f"audit mode: the same WouldEvict Event was sent less than {AUDIT_EVENT_SECONDS:g}s ago"
+            return OperationResult(op, "skipped", why)
+        return emit(op)
+
+    return run
 
 
 KUBE_OPERATIONS = ("evictPod", "setNodeTaint", "setNodeCondition", "emitEvent", "publishNodeResource")

@@ -119,7 +119,7 @@ def describe_error(exc: BaseException) -> str:
         if causes:
             out += f" ({'; '.join(causes)})"
         if exc.status in (401, 403):
-            out += " — check qosd's ServiceAccount token and ClusterRole (examples/deploy/rbac.yaml)"
+            out += " — check qosd's ServiceAccount token and ClusterRole (examples/deploy/base/rbac.yaml)"
         return out
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
         return f"API server unreachable or too slow ({type(exc).__name__}: {exc})"

@@ -1,7 +1,8 @@
 """Intents -> the minimal, ordered operations that make them true, behind guards.
 
 Guards stand between a decision and its side effect: audit-mode rules and dry runs produce no
-operations, protected classes are never evicted (whatever a rule says), and at most
+operations, a daemon in audit mode (``qosd run --mode audit``) keeps only its Events (and says which
+pods it would have evicted), protected classes are never evicted (whatever a rule says), and at most
 ``eviction_burst`` pods are evicted per tick across all rules (Katalyst's EvictionBurst, 3). A cgroup
 value its file does not accept (cpu.shares 0, cpu.weight 10001: computed values, since validation
 refuses literal ones) is refused, never clamped to the nearest bound, and the other writes go ahead.
@@ -42,6 +43,14 @@ from engine.plan.cgroups import Desired, order_writes
 class Guards:
     dry_run: bool = False
     eviction_burst: int = 3
+    # The daemon's audit mode (`qosd run --mode audit`, the kustomize base's first install): the
+    # plan is made as in enforce mode, then every operation that changes the node or a workload is
+    # held; Events go out, and each eviction enforce mode would make becomes a WouldEvict Event.
+    audit: bool = False
+
+
+AUDIT_HELD = "audit mode (qosd run --mode audit): decided, not executed"
+WOULD_EVICT = "WouldEvict"  # the reason of the Event an audit-mode eviction becomes
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,7 @@ def _plan(
     evicts: list[EvictIntent] = []
     seen: set[tuple[str, str]] = set()
     resctrl: list[ResctrlIntent] = []
+    acting: list[Intent] = []  # intents that produced an operation (audit mode holds them)
     for intent in intents:
         if intent.provenance.audit:
             held.append(Held(intent, "audit mode: reported, not executed"))
@@ -159,6 +169,7 @@ def _plan(
                     held.append(Held(intent, f"refused, not written: {bad}"))
                     continue
                 changes.append(Desired(intent.path, intent.file, intent.value))
+                acting.append(intent)
             claimed[slot] = intent.provenance.rule
             continue
         if isinstance(intent, EvictIntent):
@@ -172,6 +183,7 @@ def _plan(
             else:
                 seen.add(("evict", intent.uid))
                 evicts.append(intent)
+                acting.append(intent)
                 reason = _evict_reason(intent)
                 ops.append(
                     EvictPod(
@@ -203,17 +215,41 @@ def _plan(
             continue
         seen.add(key)
         ops.append(op)
-    ops.extend(_resctrl_ops(resctrl, observed_resctrl, held))
+        if not isinstance(op, EmitEvent):
+            acting.append(intent)
+    ops.extend(_resctrl_ops(resctrl, observed_resctrl, held, acting))
     formula = policy.weight_formula or DEFAULT_WEIGHT_FORMULA
     for write in order_writes(changes, observed):
         rule = claimed[(write.path, write.file)]
         shares = write.file in SHARE_FILES
         ops.append(WriteCgroup(write.path, write.file, write.value, rule, formula if shares else None))
+    if guards.audit:
+        return _audited(ops, held, acting)
     return Plan(tuple(ops), tuple(held), tuple(evicts))
 
 
+def _audited(ops: list[Operation], held: list[Held], acting: list[Intent]) -> Plan:
+    """The audit-mode plan: the Events of the enforce-mode plan, a WouldEvict Event for each eviction
+    it holds, and every other intent that would have changed something held with AUDIT_HELD. The
+    message leaves out the observed values, so the same decision tick after tick is the same Event
+    (the daemon sends it at most every few minutes: engine.daemon.wiring.audit_events)."""
+    events: list[Operation] = [op for op in ops if isinstance(op, EmitEvent)]
+    events.extend(
+        EmitEvent(
+            WOULD_EVICT,
+            f"audit mode: qosd would evict pod {op.namespace}/{op.name} (rule {op.rule}); "
+            "nothing was evicted",
+            "Normal",
+            op.rule,
+        )
+        for op in ops
+        if isinstance(op, EvictPod)
+    )
+    return Plan(tuple(events), (*held, *(Held(i, AUDIT_HELD) for i in acting)), ())
+
+
 def _resctrl_ops(
-    intents: list[ResctrlIntent], observed: Mapping[str, str] | None, held: list[Held]
+    intents: list[ResctrlIntent], observed: Mapping[str, str] | None, held: list[Held], acting: list[Intent]
 ) -> list[Operation]:
     """Groups first (created if missing), then only the schemata lines that differ, then tasks.
 
@@ -233,12 +269,15 @@ def _resctrl_ops(
             continue
         owner[intent.group] = rule
         current = observed.get(intent.group)
+        before = len(out)
         if current is None:
             out.append(CreateResctrlGroup(intent.group, rule))
         for line in changed_lines(current or "", intent.schemata):
             out.append(WriteSchemata(intent.group, line, rule))
         if intent.cgroups:
             out.append(AssignTasks(intent.group, intent.cgroups, rule))
+        if len(out) > before:
+            acting.append(intent)
     return out
 
 
