@@ -204,6 +204,9 @@ class Snapshot:
     # it (cpu.shares vs cpu.weight); unknown falls back to names the cgroup adapter translates.
     cgroup_version: int | None = None
     host_apps: tuple[HostApp, ...] = ()
+    # Cgroup paths whose directory the collector looked for and did not find (facts: absentCgroups).
+    # The planner holds every write there: a container that has not started or has gone.
+    absent_cgroups: frozenset[str] = frozenset()
 
     @cached_property
     def by_uid(self) -> Mapping[str, Workload]:
@@ -274,6 +277,7 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
         _resctrl(node_raw.get("resctrl")),
         (node_raw.get("cgroup") or {}).get("version"),
         tuple(_host_app(a) for a in data.get("hostApplications") or ()),
+        frozenset(str(p) for p in data.get("absentCgroups") or ()),
     )
 
 

@@ -561,6 +561,7 @@ class NodeCollector:
             ),
             allocatable=self.allocatable,
             cgroups=observed,
+            absent_cgroups=self.observer.absent,
             resctrl=self.resctrl() if self.resctrl is not None else NO_RESCTRL,
             cgroup_version=self.cgroup.version,
         )
