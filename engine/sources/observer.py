@@ -155,7 +155,7 @@ class Observer:
             absent = self._absent
             before = len(absent)
             for path in self._dirty:
-                group = groups.get(path, ())
+                group = groups.get(path) or []
                 values = {f: s.value for f, s in group if s.value is not None}
                 if values:
                     out[path] = values
