@@ -157,6 +157,8 @@ def format_plan(result: TickResult, unavailable: Mapping[str, str] | None = None
                 else f" ({resource_amount(float(op.quantity), op.name)})"
             )
             what = f"{op.name} = {op.quantity if op.quantity is not None else 'withdrawn'}{amount}"
+            if op.zones:
+                what += f" (zones: {', '.join(f'{z} {q}' for z, q in op.zones)})"
         elif isinstance(op, EvictPod):
             what = f"{op.namespace}/{op.name}" if op.namespace else op.name
         else:

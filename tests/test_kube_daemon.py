@@ -427,3 +427,175 @@ def test_a_rule_asking_for_the_pods_own_grace_period_sends_the_pods_terminationg
     assert [r.json["deleteOptions"]["gracePeriodSeconds"] for r in sent] == [45] * len(sent)
     assert sent[0].status == 201
     wait_for("the metric", lambda: q.metric("qosd_actions_total", action="evictPod", result="applied") == 1)
+
+
+MERGE = "application/merge-patch+json"  # the content type of the admin's patches below
+
+
+def test_node_reserved_comes_from_the_watched_node_object_annotation_and_allocatable(
+    cluster: ApiServer, run_qosd: Callable[..., Running]
+) -> None:
+    """spec.reclaim.reservationAnnotation: the daemon reads the Node's annotations and allocatable
+    from its node watch, and nodeReserved is the larger of kubelet's (capacity - allocatable) and
+    the annotation's. The request policy on this 2-core node: 2 - nodeReserved - web's 500m."""
+
+    def published() -> str | None:
+        status = (cluster.get("v1", "Node", NODE) or {}).get("status") or {}
+        return (status.get("allocatable") or {}).get(BATCH_CPU)
+
+    policy = BASE.replace("    degradeAfter: 3s\n", "    degradeAfter: 3s\n    reservationAnnotation: example.com/reservation\n")
+    q = run_qosd(policy)
+    core = client.CoreV1Api(q.admin)
+    assert wait_for("batch-cpu on the node", published) == "1500"
+
+    core.patch_node(NODE, {"metadata": {"annotations": {"example.com/reservation": '{"resources": {"cpu": "2"}}'}}}, _content_type=MERGE)
+    wait_for("the annotation's 2 cores to count", lambda: published() == "0")
+    reserved = '{"resources": {"cpu": "2"}, "reservedCPUs": "0"}'  # the listed CPU wins: 1 core
+    core.patch_node(NODE, {"metadata": {"annotations": {"example.com/reservation": reserved}}}, _content_type=MERGE)
+    wait_for("reservedCPUs 0 (one CPU) to count", lambda: published() == "500")
+
+    # kubelet reserves 1500m (allocatable 500m of 2 cores), above the annotation's 1 CPU: 2 - 1.5 - 0.5
+    core.patch_node_status(NODE, {"status": {"allocatable": {"cpu": "500m"}}}, _content_type=MERGE)
+    wait_for("kubelet's 1500m reservation to win", lambda: published() == "0")
+    core.patch_node(NODE, {"metadata": {"annotations": {"example.com/reservation": None}}}, _content_type=MERGE)
+    core.patch_node_status(NODE, {"status": {"allocatable": {"cpu": "1800m"}}}, _content_type=MERGE)
+    wait_for("kubelet's 200m alone", lambda: published() == "1300")
+    node = q.daemon.source.collector.node_object  # what every tick's snapshot takes
+    assert node is not None and "example.com/reservation" not in node.annotations()
+    assert node.allocatable()["cpu"] == 1.8
+
+
+QUANTITY = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+    "x-kubernetes-int-or-string": True,
+}
+# noderesourcetopologies.topology.node.k8s.io v1alpha1, the CRD of
+# k8stopologyawareschedwg/noderesourcetopology-api that Koordinator serves (koordlet creates one per
+# node, the slo-controller writes batch resources into its zones).
+NRT_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "noderesourcetopologies.topology.node.k8s.io"},
+    "spec": {
+        "group": "topology.node.k8s.io",
+        "scope": "Cluster",
+        "names": {
+            "kind": "NodeResourceTopology",
+            "listKind": "NodeResourceTopologyList",
+            "plural": "noderesourcetopologies",
+            "singular": "noderesourcetopology",
+            "shortNames": ["node-res-topo"],
+        },
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "required": ["topologyPolicies", "zones"],
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "metadata": {"type": "object"},
+                            "topologyPolicies": {"type": "array", "items": {"type": "string"}},
+                            "zones": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["name", "type"],
+                                    "properties": {
+                                        "name": {"type": "string"},
+                                        "type": {"type": "string"},
+                                        "parent": {"type": "string"},
+                                        "resources": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "object",
+                                                "required": ["name", "capacity", "allocatable", "available"],
+                                                "properties": {
+                                                    "name": {"type": "string"},
+                                                    "capacity": QUANTITY,
+                                                    "allocatable": QUANTITY,
+                                                    "available": QUANTITY,
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+ZONES = BASE.replace("    degradeAfter: 3s\n", "    degradeAfter: 3s\n    zones: {namePrefix: node-}\n")
+
+
+def nrt(zone_names: list[str]) -> dict[str, Any]:
+    """What koordlet reports for this node: one zone per NUMA node with its cpu and memory; the
+    zone "node-9" (no such NUMA node here) also holds a batch-cpu value from before."""
+
+    def zone(name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "type": "Node",
+            "resources": [
+                {"name": "cpu", "capacity": "1", "allocatable": "1", "available": "1"},
+                {"name": "memory", "capacity": "1Gi", "allocatable": "1Gi", "available": "1Gi"},
+            ],
+        }
+
+    stale = zone("node-9")
+    stale["resources"].append({"name": BATCH_CPU, "capacity": "700", "allocatable": "700", "available": "700"})
+    return {
+        "apiVersion": "topology.node.k8s.io/v1alpha1",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": NODE},
+        "topologyPolicies": ["None"],
+        "zones": [*(zone(n) for n in zone_names), stale],
+    }
+
+
+def zone_batch_cpu(cluster: ApiServer) -> dict[str, dict[str, Any]]:
+    obj = cluster.get("topology.node.k8s.io/v1alpha1", "NodeResourceTopology", NODE) or {}
+    return {
+        z["name"]: {k: r[k] for k in ("capacity", "allocatable", "available")}
+        for z in obj.get("zones") or []
+        for r in z.get("resources") or []
+        if r["name"] == BATCH_CPU
+    }
+
+
+def test_numa_zone_values_reach_the_nodes_noderesourcetopology(
+    cluster: ApiServer, run_qosd: Callable[..., Running]
+) -> None:
+    """spec.reclaim.zones: each NUMA node's value goes into the zone of the same name of this
+    node's NodeResourceTopology through the official client's CustomObjectsApi (get, then update
+    with the resourceVersion), as Koordinator's slo-controller does; a zone qosd does not compute
+    (node-9) is reset to 0. The zones are this machine's NUMA nodes (the collector reads sysfs):
+    each lends its CPUs less its even share of web's 500m request (request policy, no margin).
+    tests/test_nrt_adapter.py covers a missing object, conflicts and the re-check interval."""
+    from engine.sources.sysfs import TopologySource
+
+    topology = TopologySource(Path("/sys"), Path("/proc")).topology
+    n = len(topology.numa_ids)
+    want = {f"node-{i}": str(len(topology.cpus_of_numa(i)) * 1000 - -(-500 // n)) for i in topology.numa_ids}
+    cluster.install_crd(NRT_CRD)
+    cluster.put(nrt(list(want)))
+    run_qosd(ZONES)
+
+    wait_for("node-9 reset", lambda: zone_batch_cpu(cluster).get("node-9", {}).get("allocatable") == "0")
+    assert zone_batch_cpu(cluster) == {
+        **{z: {"capacity": v, "allocatable": v, "available": v} for z, v in want.items()},
+        "node-9": {"capacity": "0", "allocatable": "0", "available": "0"},
+    }
+    writes = cluster.requests.matching("PUT", r"/noderesourcetopologies/node-a$")
+    assert writes and all(r.status == 200 for r in writes)
+    time.sleep(0.5)  # more rounds: the zones hold their values, so nothing more is written
+    assert len(cluster.requests.matching("PUT", r"/noderesourcetopologies/node-a$")) == len(writes)

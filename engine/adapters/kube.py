@@ -11,7 +11,8 @@ reports what happened in the executor's vocabulary (engine.adapters.result):
   429's ``Retry-After`` holds every eviction back, without a request, until it has passed); anything
   else failed, with the server's status, reason, message and causes.
 - **publishNodeResource**: an extended resource in ``status.capacity`` and ``status.allocatable``
-  through the nodes/status subresource; a null value removes it.
+  through the nodes/status subresource; a null value removes it. Its zone values, when it has
+  them, go into the node's NodeResourceTopology (engine.adapters.nrt).
 - **setNodeCondition**: one condition, merged by ``type`` into the kubelet's list.
 - **setNodeTaint**: read-modify-write of ``spec.taints`` with the resourceVersion as precondition.
 - **emitEvent**: an Event on the Node.
@@ -35,6 +36,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from engine.adapters.nrt import TopologyZones
 from engine.adapters.result import OperationResult
 from engine.kube.apicall import (
     SMP,
@@ -100,6 +102,7 @@ class KubeOperations:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
+        self.zones = TopologyZones(api_client, node_name)
         self.node_name = node_name
         self.events = events
         self.node = node
@@ -290,6 +293,21 @@ class KubeOperations:
     # ------------------------------------------------------------------ publishNodeResource
 
     def publish(self, op: PublishNodeResource) -> OperationResult:
+        """The Node's capacity/allocatable, then the zones (engine.adapters.nrt) when the op has
+        them: a zone failure fails the operation, a missing NodeResourceTopology only says so."""
+        done = self._publish_node(op)
+        if op.zones is None or done.status == "failed":
+            return done
+        status, what, calls = self.zones.publish(op.name, dict(op.zones))
+        attempts = done.attempts + calls
+        if status == "failed":
+            return OperationResult(op, "failed", what, attempts, done.detail)
+        detail = "; ".join(d for d in (done.detail, what) if d)
+        if status == "applied":
+            return OperationResult(op, "applied", None, attempts, detail)
+        return OperationResult(op, done.status, done.error, attempts, detail)
+
+    def _publish_node(self, op: PublishNodeResource) -> OperationResult:
         want: float | None = None
         if op.quantity is not None:
             try:

@@ -180,7 +180,7 @@ def check_and_compile(merged: Merged, node: NodeInfo) -> Policy:
     _check_enhancement_graph(c)
     pools = [compile_pool(c, i, raw) for i, raw in enumerate(spec.get("pools", []))]
     check_pools(c, pools)
-    reclaim = compile_reclaim(c, spec.get("reclaim") or {})
+    reclaim = compile_reclaim(c, spec.get("reclaim") or {}, compile_matcher)
     pressure = compile_pressure(c, spec.get("pressure") or {})
     cfs_quota_burst = compile_cfs_quota_burst(c, spec.get("cfsQuotaBurst") or {})
     mode = str(spec.get("mode", "enforce"))

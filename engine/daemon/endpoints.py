@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +14,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from engine.config.errors import UsageError
 
 Check = Callable[[], tuple[bool, str]]
+
+
+class _Server6(ThreadingHTTPServer):
+    """For an IPv6 host (``--listen=[fd00::5]:9464``: a pod's IP in an IPv6 cluster)."""
+
+    address_family = socket.AF_INET6
 
 
 def serve(listen: str, registry: CollectorRegistry, healthy: Check, ready: Check) -> ThreadingHTTPServer:
@@ -40,8 +47,9 @@ def serve(listen: str, registry: CollectorRegistry, healthy: Check, ready: Check
         def log_message(self, format: str, *args: Any) -> None:
             return  # scrapes every few seconds would drown the JSON log
 
+    bind = host.strip("[]") or "0.0.0.0"
     try:
-        server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
+        server = (_Server6 if ":" in bind else ThreadingHTTPServer)((bind, int(port)), Handler)
     except (OSError, OverflowError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(

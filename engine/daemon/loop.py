@@ -24,10 +24,11 @@ from engine.daemon.logs import log
 from engine.daemon.metrics import Metrics
 from engine.daemon.parts import Executor, NodeSource, OperationOutcome, Service
 from engine.daemon.state_file import StateFile, hold_back_evictions, load_state
+from engine.daemon.tick_metrics import TickView
 from engine.evaluate.engine import Engine
 from engine.evaluate.state import EngineState
 from engine.model.facts import Snapshot
-from engine.model.operations import EvictPod, Operation, WriteCgroup
+from engine.model.operations import EvictPod, Operation, PublishNodeResource, WriteCgroup
 from engine.plan.planner import Guards
 from engine.reload import PolicyLayer, ReloadConfig, Reloader
 from engine.sources.snapshot_file import snapshot_to_dict
@@ -193,6 +194,7 @@ class Daemon:
             self.readiness.append(self.state_file.problem)
         self.op_failures = Throttle(clock=clock)
         self._server: ThreadingHTTPServer | None = None
+        self.metrics.built(config.backend, config.mode)
 
     def _reloaded(self, source: str, result: str) -> None:
         m = self.metrics
@@ -200,8 +202,11 @@ class Daemon:
         engine = self.reloader.engine
         if result == "loaded" and engine is not None:
             m.reload_success.set(time.time())
+            m.generation.set(self.reloader.generation)
             m.config_info.clear()
             m.config_info.labels(str(self.reloader.generation), engine.policy.hash[:12]).set(1)
+        elif result == "failed":
+            m.reload_failure.set(time.time())
 
     # -- one tick
 
@@ -241,6 +246,9 @@ class Daemon:
                 result = hold_back_evictions(result, self.state, sf.error or "unknown error")
             outcomes = self.executor.apply(result.plan.operations)
             self.state = _unrecord_refused(result.state, outcomes)
+            # The gauges of this tick: references handed over, built only when scraped.
+            members = engine.members(snap.workloads)  # the tick's own cached class index
+            self.metrics.tick.saw(TickView(engine, result.evaluation, self.state, snap.metrics.node, members))
             try:
                 self.source.applied(result, outcomes)
                 self._account(result, outcomes, engine)
@@ -334,6 +342,8 @@ class Daemon:
                     }
                 },
             )
+        if isinstance(op, PublishNodeResource):
+            self.metrics.tick.published(op, outcome.status)
         if op.kind == "evictPod" and outcome.status in ("applied", "unchanged"):
             self.metrics.evictions.labels(str(getattr(op, "rule", ""))).inc()
         self._report_failure(op, outcome)

@@ -1,8 +1,20 @@
-"""The daemon's Prometheus metrics (served on ``/metrics`` by engine.daemon.endpoints)."""
+"""The daemon's Prometheus metrics (served on ``/metrics`` by engine.daemon.endpoints); every one is
+listed in docs/monitoring.md.
+
+The ``_created`` series prometheus-client adds to each counter and histogram are turned off for the
+whole process: they double the series a scrape carries, Prometheus ignores them unless asked, and
+the process start time is already ``process_start_time_seconds`` where a process collector runs."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import platform
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+from engine import __version__
+from engine.daemon.tick_metrics import TickCollector
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # (untyped in prometheus-client)
 
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -61,6 +73,25 @@ class Metrics:
             ["generation", "hash"],
             registry=r,
         )
+        self.reload_failure = Gauge(
+            "qosd_config_last_reload_failure_timestamp_seconds",
+            "When a new policy generation was last refused (the last good one keeps running); 0: never.",
+            registry=r,
+        )
+        self.generation = Gauge(
+            "qosd_policy_generation",
+            "The number of the policy generation in effect (0: none loaded yet).",
+            registry=r,
+        )
+        self.build_info = Gauge(
+            "qosd_build_info",
+            "qosd's version, the Python running it, the rule evaluator backend and where workloads "
+            "come from (value 1).",
+            ["version", "python", "backend", "mode"],
+            registry=r,
+        )
+        self.tick = TickCollector()
+        r.register(self.tick)
         self.last_tick = Gauge(
             "qosd_last_tick_timestamp_seconds", "When the last tick completed.", registry=r
         )
@@ -74,3 +105,7 @@ class Metrics:
             "State file saves that failed (full disk, read-only file system...); evictions wait meanwhile.",
             registry=r,
         )
+
+    def built(self, backend: str, mode: str) -> None:
+        """Set ``qosd_build_info`` (once, at start: none of its labels changes while the process runs)."""
+        self.build_info.labels(__version__, platform.python_version(), backend, mode).set(1)

@@ -113,8 +113,10 @@ OUTPUTS: tuple[Flag, ...] = (
         ("--listen",),
         {
             "type": listen_address,
-            "default": ":9464",
-            "help": "host:port of /metrics, /healthz, /readyz ('' = off)",
+            "default": "127.0.0.1:9464",
+            "help": "host:port of /metrics, /healthz, /readyz (default 127.0.0.1:9464, this host only; "
+            "in a pod: --listen=$(POD_IP):9464, where the kubelet's probes and the scraper connect; "
+            "'' = off; docs/monitoring.md)",
         },
     ),
     (

@@ -255,6 +255,7 @@ def build_kube(args: argparse.Namespace, adapter: CgroupAdapter | None = None) -
         pods,
         fs,
         node_name=node_name,
+        node_object=node,
         options=daemon_options(interval),
         observe=adapter.observe,
         resctrl=resctrl.info,

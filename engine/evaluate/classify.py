@@ -226,3 +226,15 @@ def _invalid(enh: Enhancement, raw: str, want: str) -> tuple[Any, str]:
     if enh.on_invalid == "reject":
         return None, f"enhancement {enh.name}={raw!r} is not {want}"
     return None, ""  # ignore (and clamp, for values that cannot be clamped): the anchors skip them
+
+
+def match_any(matchers: tuple[Matcher, ...]) -> Callable[[Workload], bool]:
+    """One test for "any of these class matchers fits the workload", compiled once (for matchers
+    outside classes: spec.reclaim.priorityOverrides)."""
+    tests = [_compile_matcher(m) for m in matchers]
+
+    def test(w: Workload) -> bool:
+        js = _JsonCache(w)
+        return any(t(w, js) for t in tests)
+
+    return test

@@ -27,6 +27,7 @@ from engine.features.eviction.step import PressureStep
 from engine.features.pools.step import PoolStep
 from engine.features.pools.strategy import PoolPlan
 from engine.features.reclaim.gate import PublishGateStep
+from engine.features.reclaim.priority import HighPriority
 from engine.features.resctrl.step import ResctrlStep
 from engine.features.rules.compiler import CompiledRule
 from engine.features.rules.step import Backend, RuleStep, RuleTimers
@@ -97,6 +98,7 @@ class Engine:
             numa_pressure_rules=self.pressure_step.numa_rules,
             system_pressure_rules=self.pressure_step.system_rules,
             pool_load_rules=self.pressure_step.pool_load_rules,
+            high_priority=HighPriority(policy, self.classifier, self.reclaimed_classes),
         )
         self.rule_step = RuleStep(policy, env, backend)
         # The one declared order. Before the rules: the pool plan, then the pressure counters (their

@@ -98,16 +98,29 @@ class EmitEvent:
 
 @dataclass(frozen=True)
 class PublishNodeResource:
-    """Set (or, with quantity None, remove) an extended resource in the node's capacity/allocatable."""
+    """Set (or, with quantity None, remove) an extended resource in the node's capacity/allocatable.
+
+    ``zones``: the resource per NodeResourceTopology zone (zone name, quantity), written into this
+    node's NodeResourceTopology when it exists; None leaves that object alone (Koordinator too
+    leaves the zones as they are when it withdraws the node's batch resources)."""
 
     name: str
     quantity: str | None
     rule: str
+    zones: tuple[tuple[str, str], ...] | None = None
 
     kind = "publishNodeResource"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "quantity": self.quantity, "rule": self.rule}
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "name": self.name,
+            "quantity": self.quantity,
+            "rule": self.rule,
+        }
+        if self.zones is not None:
+            out["zones"] = dict(self.zones)
+        return out
 
 
 @dataclass(frozen=True)

@@ -301,6 +301,17 @@ def _numeric(*values: Any) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
+def kubernetes_units(resource: str, value: float) -> int:
+    """A reclaimed resource as the Node is told it: both anchors publish CPU in milli-cores as an
+    integer, memory in bytes. Rounded, not truncated: 1.001 cores is 1000.9999999999999 milli-cores
+    in binary floating point."""
+    return round(value * 1000) if resource == "cpu" else round(value)
+
+
+def _quantity(value: float, cores: bool) -> str:
+    return str(kubernetes_units("cpu" if cores else "memory", value))
+
+
 def _node_op(intent: NodeIntent) -> Operation:
     p = dict(intent.params)
     rule = intent.provenance.rule
@@ -308,12 +319,15 @@ def _node_op(intent: NodeIntent) -> Operation:
         return SetNodeTaint(str(p["key"]), str(p.get("value", "")), str(p["effect"]), rule)
     if intent.kind == "publish":
         value = p.get("value")
-        quantity = None
-        if value is not None:
-            # Both anchors publish CPU in milli-cores as an integer, memory in bytes. Rounded, not
-            # truncated: 1.001 cores is 1000.9999999999999 milli-cores in binary floating point.
-            quantity = str(round(value * 1000)) if p.get("unit") == "cores" else str(round(value))
-        return PublishNodeResource(str(p["resource"]), quantity, rule)
+        cores = p.get("unit") == "cores"
+        quantity = None if value is None else _quantity(value, cores)
+        zones = p.get("zones")
+        zoned = (
+            None
+            if zones is None
+            else tuple((str(z), _quantity(v, cores)) for z, v in zones.items() if v is not None)
+        )
+        return PublishNodeResource(str(p["resource"]), quantity, rule, zoned)
     if intent.kind == "condition":
         return SetNodeCondition(
             str(p["type"]),

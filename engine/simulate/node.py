@@ -327,6 +327,8 @@ class SimulatedNode:
             metrics,
             base.allocatable,
             {p: MappingProxyType(dict(f)) for p, f in self.cgroups.items()},
+            host_apps=base.host_apps,
+            node_annotations=base.node_annotations,
         )
         split = {
             "system_cpu": self.system_cpu,

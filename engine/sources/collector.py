@@ -84,7 +84,17 @@ class FreshnessSource(Protocol):
     def fresh_at(self) -> float | None: ...
 
 
+class NodeObjectSource(Protocol):
+    """The node's Kubernetes Node object, as a watch keeps it (engine.sources.kubenode.NodeWatch):
+    its ``status.allocatable`` and ``metadata.annotations``, empty while it is not known."""
+
+    def allocatable(self) -> Mapping[str, float]: ...
+
+    def annotations(self) -> Mapping[str, str]: ...
+
+
 ClassOf = Callable[[Workload], str | None]
+_NO_ANNOTATIONS: Mapping[str, str] = MappingProxyType({})
 
 
 # ------------------------------------------------------------------------------------------ windows
@@ -312,6 +322,7 @@ class NodeCollector:
         node_name: str | None = None,
         node_labels: Mapping[str, str] | None = None,
         allocatable: Mapping[str, float] | None = None,
+        node_object: NodeObjectSource | None = None,
         resctrl: Callable[[], ResctrlInfo] | None = None,
         options: CollectorOptions = CollectorOptions(),
         clock: Callable[[], float] = time.time,
@@ -326,6 +337,8 @@ class NodeCollector:
         self.clock = clock
         self.monotonic = monotonic
         self.allocatable: Mapping[str, float] = MappingProxyType(dict(allocatable or {}))
+        # In Kubernetes mode the Node object gives allocatable (over the static one) and annotations.
+        self.node_object = node_object
         self.resctrl = resctrl
         self.topology_source = TopologySource(sysfs, procfs, self.reader, node_name, node_labels)
         self.proc = ProcSource(self.reader, procfs, sysfs, page_size)
@@ -543,6 +556,10 @@ class NodeCollector:
         classes = self._classes(workloads, pods, now, tick)
 
         observed = self.observer.observe(self._observed_pairs(workloads, tick), tick, self.weight_formula)
+        allocatable, annotations = self.allocatable, _NO_ANNOTATIONS
+        if self.node_object is not None:
+            allocatable = self.node_object.allocatable() or allocatable
+            annotations = self.node_object.annotations()
         return Snapshot(
             time=wall,
             node=topo.node,
@@ -559,11 +576,12 @@ class NodeCollector:
                 classes={k: MappingProxyType(v) for k, v in classes.items()},
                 windows=self._window_names,
             ),
-            allocatable=self.allocatable,
+            allocatable=allocatable,
             cgroups=observed,
             absent_cgroups=self.observer.absent,
             resctrl=self.resctrl() if self.resctrl is not None else NO_RESCTRL,
             cgroup_version=self.cgroup.version,
+            node_annotations=annotations,
         )
 
     def _reclaimed_usage(self, root: str, numa: Mapping[int, dict[str, Any]]) -> None:

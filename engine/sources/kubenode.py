@@ -1,5 +1,7 @@
 """This node's own Node object, kept current by a watch: its labels (policy nodeSelectors and
-templates), its allocatable resources, its UID (owner of status objects and Events).
+templates), its allocatable resources and annotations (the facts of every tick: kubelet's and the
+annotation's reservation in the batch-resource formulas), its UID (owner of status objects and
+Events).
 
 A Reflector over ``/api/v1/nodes?fieldSelector=metadata.name=<node>``, as koordlet's node informer
 does. The Node object changes often (the kubelet's status updates, qosd's own extended resources),
@@ -25,6 +27,7 @@ log = logging.getLogger("qosd")
 
 _EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 _EMPTY_RESOURCES: Mapping[str, float] = MappingProxyType({})
+_Derived = tuple[int, Mapping[str, str], Mapping[str, float], Mapping[str, str]]
 
 
 class NodeWatch:
@@ -53,12 +56,8 @@ class NodeWatch:
         )
         self._present = threading.Event()
         self._lock = threading.Lock()
-        # (reflector version, labels, allocatable), derived once per version
-        self._derived: tuple[int, Mapping[str, str], Mapping[str, float]] = (
-            -1,
-            _EMPTY_LABELS,
-            _EMPTY_RESOURCES,
-        )
+        # (reflector version, labels, allocatable, annotations), derived once per version
+        self._derived: _Derived = (-1, _EMPTY_LABELS, _EMPTY_RESOURCES, _EMPTY_LABELS)
         self._notified_labels: Mapping[str, str] | None = None
         self._bad_quantities: set[str] = set()
 
@@ -104,7 +103,12 @@ class NodeWatch:
         is left out (and logged once)."""
         return self._derive()[2]
 
-    def _derive(self) -> tuple[int, Mapping[str, str], Mapping[str, float]]:
+    def annotations(self) -> Mapping[str, str]:
+        """``metadata.annotations`` (the facts' node.annotations: Koordinator's
+        node.koordinator.sh/reservation is read from there)."""
+        return self._derive()[3]
+
+    def _derive(self) -> _Derived:
         view = self.reflector.view()
         derived = self._derived
         if derived[0] == view.version:
@@ -115,10 +119,13 @@ class NodeWatch:
             node = view.items.get(self.node_name)
             labels: Mapping[str, str] = _EMPTY_LABELS
             allocatable: Mapping[str, float] = _EMPTY_RESOURCES
+            annotations: Mapping[str, str] = _EMPTY_LABELS
             if node is not None:
-                labels = str_map((node.get("metadata") or {}).get("labels"))
+                meta = node.get("metadata") or {}
+                labels = str_map(meta.get("labels"))
+                annotations = str_map(meta.get("annotations"))
                 allocatable = self._allocatable((node.get("status") or {}).get("allocatable"))
-            self._derived = (view.version, labels, allocatable)
+            self._derived = (view.version, labels, allocatable, annotations)
             return self._derived
 
     def _allocatable(self, raw: Any) -> Mapping[str, float]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.config.errors import Location, PolicyError, Problem
 from engine.config.load import read_file
-from engine.model.facts import Snapshot, Workload, snapshot_from_dict
+from engine.model.facts import HostApp, Snapshot, Workload, snapshot_from_dict
 from engine.resources import API_VERSION
 from engine.sources.facts_check import facts_problems, with_numbers
 from engine.sources.named_files import shown, unusable
@@ -104,6 +104,8 @@ def snapshot_to_dict(snap: Snapshot, labels: Mapping[str, str] | None = None) ->
             "numa": [{"id": n, "memoryBytes": m} for n, m in sorted(snap.topology.numa_memory.items())],
         },
     }
+    if snap.node_annotations:
+        node_doc["annotations"] = dict(snap.node_annotations)
     if snap.allocatable:
         node_doc["allocatable"] = dict(snap.allocatable)
     if snap.cgroup_version is not None:
@@ -136,7 +138,7 @@ def snapshot_to_dict(snap: Snapshot, labels: Mapping[str, str] | None = None) ->
     ):
         if scope:
             metrics[name] = {str(k): unflatten_metrics(v) for k, v in scope.items()}
-    return {
+    doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "FactsSnapshot",
         "time": snap.time,
@@ -146,6 +148,29 @@ def snapshot_to_dict(snap: Snapshot, labels: Mapping[str, str] | None = None) ->
         "cgroups": {path: dict(files) for path, files in snap.cgroups.items()},
         **({"absentCgroups": sorted(snap.absent_cgroups)} if snap.absent_cgroups else {}),
     }
+    if snap.host_apps:
+        doc["hostApplications"] = [_host_app_doc(a) for a in snap.host_apps]
+    return doc
+
+
+def _host_app_doc(a: HostApp) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": a.name}
+    if a.qos:
+        doc["qos"] = a.qos
+    if a.priority:
+        doc["priority"] = a.priority
+    path = {
+        k: v
+        for k, v in (("base", a.cgroup_base), ("parentDir", a.parent_dir), ("relativePath", a.relative_path))
+        if v
+    }
+    if path:
+        doc["cgroupPath"] = path
+    measured = (("cpuCores", a.cpu_usage_cores), ("memoryBytes", a.memory_usage_bytes))
+    usage = {k: v for k, v in measured if v is not None}
+    if usage:
+        doc["usage"] = usage
+    return doc
 
 
 def _workload_doc(w: Workload) -> dict[str, Any]:

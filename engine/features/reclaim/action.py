@@ -24,16 +24,20 @@ from engine.features.eviction.tolerance import ReclaimPoolSupply, observed_suppl
 from engine.features.reclaim.free import FreePod, free_reclaimable
 from engine.features.reclaim.headroom import DEDICATED_CORES, RECLAIMED_CORES, SHARED_CORES, SYSTEM_CORES
 from engine.features.reclaim.report import ReportHistory, bound, report
-from engine.features.reclaim.spec import PublishSpec, ReclaimResource
+from engine.features.reclaim.reservation import NO_RESERVATION, parse_reservation
+from engine.features.reclaim.spec import PublishSpec, ReclaimResource, ReclaimZones
 from engine.features.reclaim.strategy import (
     Demand,
+    NodeTerms,
     PodUse,
     Reclaimable,
     headroom_reclaimable,
     reclaimable,
 )
+from engine.features.reclaim.zones import Zone, allocated_numa, zone_values
 from engine.model.facts import EMPTY
 from engine.model.intents import NodeIntent
+from engine.model.units import num
 
 USE_FACTS = {
     "cpu": ("cpu.usage_cores", "cpu.request_cores"),
@@ -50,11 +54,14 @@ LEVELS = {
 
 
 def pod_uses(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[PodUse]:
-    """Each active pod's request and usage and whether it is high priority (not reclaimed), then
-    the pod metrics that belong to no active pod (Koordinator's dangling pods: HP unless the pod
-    is known and reclaimed)."""
+    """Each active pod's request and usage and whether it is high priority (the generation's
+    decision: spec.reclaim.priorityOverrides, else not in a reclaimed class), then the pod metrics
+    that belong to no active pod (Koordinator's dangling pods: HP unless the pod is known and not
+    HP)."""
     usage_key, request_key = USE_FACTS[resource]
-    reclaimed = ctx.env.reclaimed_classes
+    high_priority = ctx.env.high_priority
+    zones = ctx.env.policy.reclaim.zones
+    numa_annotation = zones.pod_numa_annotation if zones is not None else None
     out = []
     listed: set[str] = set()
     for w in ctx.snap.workloads:
@@ -63,25 +70,25 @@ def pod_uses(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[P
         listed.add(w.uid)
         facts = ctx.views.pod(w)
         usage = facts.get(usage_key)
-        cls = facts.get("class")
+        allocation = w.annotations.get(numa_annotation) if numa_annotation else None
         out.append(
             PodUse(
                 float(facts.get(request_key, 0.0)),
                 None if usage is None else float(usage),
-                cls not in reclaimed,
-                cls in spec.request_as_usage,
+                high_priority(w),
+                facts.get("class") in spec.request_as_usage,
+                numa=allocated_numa(allocation) if allocation else frozenset(),
             )
         )
-    known = {w.uid: w for w in ctx.snap.workloads}
-    classify = ctx.env.classifier.classify
+    known = ctx.snap.by_uid
     for uid, measured in ctx.snap.metrics.pods.items():
         usage = measured.get(usage_key)
         if uid in listed or usage is None:
             continue
         owner = known.get(uid)
-        high = owner is None or classify(owner).class_name not in reclaimed
-        out.append(PodUse(0.0, float(usage), high, listed=False))
+        out.append(PodUse(0.0, float(usage), owner is None or high_priority(owner), listed=False))
     return out
+
 
 
 def class_levels(policy: Policy) -> dict[str, str]:
@@ -189,6 +196,43 @@ def reclaim_pool(ctx: ActionContext) -> ReclaimPoolSupply | None:
     return observed_supply(ctx.views.node, pool_cpus, cgroup_usage)
 
 
+def node_terms(ctx: ActionContext, resource: str) -> NodeTerms:
+    """The reservation annotation and host applications as the policy asks the Koordinator
+    formulas to count them (spec.reclaim.reservationAnnotation, systemUsedHostAppPriorities)."""
+    reclaim = ctx.env.policy.reclaim
+    reservation = NO_RESERVATION
+    if reclaim.reservation_annotation:
+        reservation = parse_reservation(ctx.snap.node_annotations.get(reclaim.reservation_annotation, ""))
+    priorities = reclaim.system_used_host_app_priorities
+    used: float | None = None
+    used_hp = 0.0
+    if priorities is not None:
+        used = 0.0
+        for app in ctx.snap.host_apps:
+            amount = app.cpu_usage_cores if resource == "cpu" else app.memory_usage_bytes
+            if amount is None:  # no metric: left out of the sums, as in Koordinator
+                continue
+            used += amount
+            if app.priority in priorities:
+                used_hp += amount
+    problem = None
+    if reservation.problem:
+        problem = f"{reclaim.reservation_annotation}: {reservation.problem}"
+    return NodeTerms(reservation.amount(resource), problem, used, used_hp)
+
+
+def numa_zones(ctx: ActionContext, resource: str, zones: ReclaimZones) -> list[Zone]:
+    """One zone per NUMA node, with its CPUs or memory as capacity (what Koordinator's
+    NodeResourceTopology zones hold). Empty when a NUMA node's memory is unknown."""
+    out = []
+    for nid, facts in sorted(ctx.views.numa.items()):
+        capacity = facts.get("cpus") if resource == "cpu" else facts.get("memory.total_bytes")
+        if not capacity:
+            return []
+        out.append(Zone(f"{zones.name_prefix}{nid}", nid, float(capacity)))
+    return out
+
+
 def publish(ctx: ActionContext) -> bool:
     resource = ctx.spec_as(PublishSpec).resource
     reclaim = ctx.env.policy.reclaim
@@ -199,6 +243,7 @@ def publish(ctx: ActionContext) -> bool:
     history = t.reports.get(spec.publish_as, ReportHistory())
     node = ctx.views.node
     age = node.get("reclaim.metrics_age_seconds")
+    zone_params: dict[str, float] | None = None
     if not reclaim.enabled:
         value = 0.0 if spec.policy == "headroom" else None
         result = Reclaimable(resource, value, "reclaim is disabled (spec.reclaim.enabled: false)", {})
@@ -234,7 +279,13 @@ def publish(ctx: ActionContext) -> bool:
             last_report=history.reported,
         )
     else:
-        result = reclaimable(resource, spec, node, pod_uses(ctx, resource, spec), age, reclaim.degrade_after)
+        uses = pod_uses(ctx, resource, spec)
+        terms = node_terms(ctx, resource)
+        result = reclaimable(resource, spec, node, uses, age, reclaim.degrade_after, terms)
+        if reclaim.zones is not None and result.value is not None:
+            zones = numa_zones(ctx, resource, reclaim.zones)
+            system_used, reserved = result.inputs["systemUsed"], result.inputs["nodeReserved"]
+            zone_params = zone_values(resource, spec, zones, uses, system_used, reserved) if zones else None
     value = result.value
     formula = result.formula
     inputs = result.inputs
@@ -247,12 +298,16 @@ def publish(ctx: ActionContext) -> bool:
         t.reports[spec.publish_as] = replace(reported, reported=value)
         formula = "; ".join([formula, *steps, *bounded])
         inputs = {**inputs, **caps}
-    params_out = {
+    params_out: dict[str, Any] = {
         "resource": spec.publish_as,
         "reclaims": resource,
         "value": value,
         "unit": "cores" if resource == "cpu" else "bytes",
         "formula": formula,
     }
+    if zone_params is not None and value is not None:
+        params_out["zones"] = zone_params  # zone name -> value, in the unit above
+        shown = ", ".join(f"{z} {num(v)}" for z, v in zone_params.items())
+        params_out["formula"] = f"{formula}; per NUMA zone ({spec.policy}): {shown}"
     t.intents.append(NodeIntent("publish", MappingProxyType(params_out), ctx.node_provenance(inputs)))
     return True

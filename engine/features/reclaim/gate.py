@@ -53,6 +53,11 @@ def gate_publishes(update: ReclaimUpdate | None, t: Tick) -> None:
     if not found:
         return
     new = {str(intent.params["resource"]): intent.params["value"] for _, intent in found}
+    # A zone's value is judged like a resource (Koordinator's NodeResourceTopology update has the
+    # same threshold), under "<resource>@<zone>".
+    for _, intent in found:
+        for zone, value in (intent.params.get("zones") or {}).items():
+            new[zone_key(str(intent.params["resource"]), zone)] = value
     due, reason = update_due(t.published, new, update.diff_threshold, update.max_interval, t.now)
     last = t.published
     if due:
@@ -62,6 +67,8 @@ def gate_publishes(update: ReclaimUpdate | None, t: Tick) -> None:
         name = str(params["resource"])
         if not due:
             params["value"] = last.values.get(name)
+            if params.get("zones") is not None:
+                params["zones"] = {z: last.values.get(zone_key(name, z)) for z in params["zones"]}
         params["formula"] = f"{params['formula']}; {reason}"
         inputs = {**intent.provenance.inputs, "computed": new[name]}
         if last.at is not None:
@@ -69,3 +76,7 @@ def gate_publishes(update: ReclaimUpdate | None, t: Tick) -> None:
         t.intents[i] = NodeIntent(
             "publish", MappingProxyType(params), replace(intent.provenance, inputs=MappingProxyType(inputs))
         )
+
+
+def zone_key(resource: str, zone: str) -> str:
+    return f"{resource}@{zone}"

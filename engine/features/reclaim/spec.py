@@ -3,14 +3,17 @@ policy, the update gate) and the publish action (the resource must say what to p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config.errors import Checker, short
 from engine.config.load import JsonPath
 from engine.features.reclaim.headroom import UtilOptions
 from engine.features.rules.conditions import WINDOW_HINT, window_problem
+
+if TYPE_CHECKING:
+    from engine.config.policy import Matcher
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,26 @@ class ReclaimUpdate:
 
 
 @dataclass(frozen=True)
+class ReclaimZones:
+    """spec.reclaim.zones: the batch resources also per NUMA node, Koordinator's NodeResourceTopology
+    zones (``name_prefix`` + the NUMA id: node-0, node-1). ``pod_numa_annotation``: the pod
+    annotation holding the scheduler's NUMA allocation (Koordinator's ResourceStatus JSON)."""
+
+    name_prefix: str
+    pod_numa_annotation: str | None
+
+
+@dataclass(frozen=True)
+class PriorityOverride:
+    """spec.reclaim.priorityOverrides[]: pods any of ``matchers`` fits count as high priority (their
+    usage and requests reduce what is lent) or not, whatever their class (Koordinator decides by
+    the pod's priority class first, by its QoS class only when it has none)."""
+
+    matchers: tuple[Matcher, ...]
+    high_priority: bool
+
+
+@dataclass(frozen=True)
 class Reclaim:
     enabled: bool
     cpu: ReclaimResource | None
@@ -133,6 +156,15 @@ class Reclaim:
     degrade_after: float | None
     report_interval: float | None
     update: ReclaimUpdate | None = None
+    # Koordinator's node.koordinator.sh/reservation: a node annotation whose NodeReservation JSON
+    # raises nodeReserved (engine.features.reclaim.reservation); None: kubelet's reservation only.
+    reservation_annotation: str | None = None
+    # Host applications of these priorities count as system usage; the others leave it (they run
+    # on what is lent). None: host applications stay in systemUsed as measured.
+    system_used_host_app_priorities: frozenset[str] | None = None
+    # The first override that fits a pod decides its priority; a pod none fits counts by class.
+    priority_overrides: tuple[PriorityOverride, ...] = ()
+    zones: ReclaimZones | None = None
 
 
 # Katalyst's per-resource defaults of the headroom policy: reservedResourceForAllocate, the buffer
@@ -194,7 +226,11 @@ def compile_headroom(c: Checker, res: str, base: JsonPath, raw: dict[str, Any]) 
     )
 
 
-def compile_reclaim(c: Checker, raw: dict[str, Any]) -> Reclaim:
+def compile_reclaim(
+    c: Checker, raw: dict[str, Any], matcher: Callable[[dict[str, Any]], Matcher]
+) -> Reclaim:
+    """``matcher`` compiles a class matcher (engine.config.matchers.compile_matcher, passed in: the
+    policy's types import this module) for priorityOverrides."""
     resources: dict[str, ReclaimResource | None] = {}
     for res in ("cpu", "memory"):
         r = raw.get(res)
@@ -268,7 +304,23 @@ def compile_reclaim(c: Checker, raw: dict[str, Any]) -> Reclaim:
         degrade_after=c.duration(("reclaim", "degradeAfter"), raw.get("degradeAfter")),
         report_interval=c.duration(("reclaim", "reportInterval"), raw.get("reportInterval")),
         update=compile_update(c, raw["update"]) if "update" in raw else None,
+        reservation_annotation=raw.get("reservationAnnotation") or None,
+        system_used_host_app_priorities=(
+            frozenset(raw["systemUsedHostAppPriorities"]) if "systemUsedHostAppPriorities" in raw else None
+        ),
+        priority_overrides=tuple(
+            PriorityOverride(tuple(matcher(m) for m in o["match"]), bool(o["highPriority"]))
+            for o in (raw.get("priorityOverrides") or ())
+        ),
+        zones=compile_zones(raw["zones"]) if "zones" in raw else None,
     )
+
+
+def compile_zones(raw: dict[str, Any]) -> ReclaimZones:
+    """Zones are Koordinator's formulas per NUMA node: a resource under the headroom or free policy
+    is published at node level only (an overlay may switch one resource to those and keep zones for
+    the other)."""
+    return ReclaimZones(str(raw.get("namePrefix", "node-")), raw.get("podNumaAnnotation") or None)
 
 
 def compile_free(

@@ -6,7 +6,8 @@ Koordinator (slo-controller noderesource, batchresource plugin; koordinator.md s
 resource, computed in integer milli-cores and bytes as the anchor's Quantities are:
 
     safetyMargin = trunc(capacity x (100 - reclaimThresholdPercent) / 100)
-    system       = max(systemUsed, nodeReserved)      nodeReserved = capacity - allocatable
+    system       = max(systemUsed, nodeReserved)
+    nodeReserved = max(capacity - allocatable, the node's reservation annotation)
     usage           = max(capacity - safetyMargin - system       - HPUsed,       0)
     request         = max(capacity - safetyMargin - nodeReserved - HPRequest,    0)
     maxUsageRequest = max(capacity - safetyMargin - system       - HPMaxUsedReq, 0)
@@ -16,8 +17,9 @@ HP pods are the pods whose class does not run on reclaimed resources. HPUsed cou
 for LSE CPU), HPMaxUsedReq counts max(request, usage) of pods with a metric. Pod metrics with no
 running or pending pod ("dangling") count as HP usage unless the pod is known to be reclaimed.
 systemUsed is the node's measured usage outside pods when the collector sends it, else node usage
-minus every pod's usage. maxPercent then caps the result at a percent of capacity (batchXThreshold-
-Percent); min/max are qosd's absolute clamps.
+minus every pod's usage; with host applications split out (spec.reclaim.systemUsedHostAppPriorities)
+their usage leaves it and that of the listed priorities comes back. maxPercent then caps the
+result at a percent of capacity (batchXThresholdPercent); min/max are qosd's absolute clamps.
 
 Katalyst (sysadvisor canonical headroom; katalyst.md sections 2.4, 4.1, 4.2), the `headroom` policy:
 
@@ -95,6 +97,26 @@ class PodUse:
     high_priority: bool
     request_as_usage: bool = False  # Koordinator LSE: its CPU request counts as used
     listed: bool = True  # False: a pod metric with no running or pending pod (Koordinator "dangling")
+    numa: frozenset[int] = frozenset()  # NUMA nodes its scheduler allocated (zones); empty: all
+
+
+@dataclass(frozen=True)
+class NodeTerms:
+    """What Koordinator adds to the node's own figures, in cores or bytes.
+
+    ``reserved``: the node's reservation annotation (nodeReserved is the larger of it and kubelet's
+    capacity - allocatable); ``reservation_problem``: why an annotation reserves nothing.
+    ``host_apps_used``: every host application's usage, None when the policy does not split host
+    applications out of systemUsed (they stay in it as measured); ``host_apps_hp_used``: the usage
+    of those whose priority counts as system usage (Koordinator: above koord-batch)."""
+
+    reserved: float | None = None
+    reservation_problem: str | None = None
+    host_apps_used: float | None = None
+    host_apps_hp_used: float = 0.0
+
+
+NO_TERMS = NodeTerms()
 
 
 @dataclass(frozen=True)
@@ -116,9 +138,14 @@ def _fmt(units: int, scale: int) -> str:
     return _num(units / scale)
 
 
+def degraded(metrics_age: float | None, degrade_after: float | None) -> bool:
+    """Koordinator isDegradeNeeded: metrics older than degradeTimeMinutes withdraw the resource (also
+    the daemon's ``qosd_reclaim_degraded`` gauge, so the alert and the withdrawal agree)."""
+    return degrade_after is not None and metrics_age is not None and metrics_age > degrade_after
+
+
 def _stale(resource: str, metrics_age: float | None, degrade_after: float | None) -> Reclaimable | None:
-    """Koordinator isDegradeNeeded: metrics older than degradeTimeMinutes withdraw the resource."""
-    if degrade_after is not None and metrics_age is not None and metrics_age > degrade_after:
+    if degraded(metrics_age, degrade_after):
         return Reclaimable(
             resource, None, f"metrics are {metrics_age:g}s old (> degradeAfter {degrade_after:g}s)", {}
         )
@@ -132,9 +159,14 @@ def reclaimable(
     pods: Sequence[PodUse],
     metrics_age: float | None,
     degrade_after: float | None,
+    node_terms: NodeTerms = NO_TERMS,
 ) -> Reclaimable:
     """Koordinator's usage / request / maxUsageRequest batch resource. The bounds (maxPercent, max,
-    min) are :func:`bound`'s, applied to whatever a policy reports."""
+    min) are :func:`bound`'s, applied to whatever a policy reports.
+
+    systemUsed is Koordinator's: the node's usage outside pods less every host application's usage
+    (koordlet's system usage), plus the usage of the host applications that count as system usage
+    (``node_terms``); nodeReserved is max(capacity - allocatable, the reservation annotation)."""
     if spec.policy not in KOORDINATOR_POLICIES:
         raise ValueError(f"reclaim {resource} policy {spec.policy!r} is not one of Koordinator's formulas")
     stale = _stale(resource, metrics_age, degrade_after)
@@ -152,7 +184,9 @@ def reclaimable(
         return round(value * s)
 
     cap = units(capacity)
-    reserved = max(cap - units(allocatable), 0)
+    kubelet_reserved = max(cap - units(allocatable), 0)
+    annotated = units(node_terms.reserved) if node_terms.reserved is not None else None
+    reserved = max(kubelet_reserved, annotated or 0)
     threshold = spec.threshold_percent if spec.threshold_percent is not None else 100.0
     # MultiplyMilliQuant / MultiplyQuant: int64(float64(capacity) x ratio), truncated toward zero.
     margin = math.trunc(cap * ((100.0 - threshold) / 100.0))
@@ -162,6 +196,10 @@ def reclaimable(
         system_used = units(float(measured_system))
     else:
         system_used = max(units(float(node_used)) - pods_used, 0)
+    apps = apps_hp = 0
+    if node_terms.host_apps_used is not None:
+        apps, apps_hp = units(node_terms.host_apps_used), units(node_terms.host_apps_hp_used)
+        system_used = max(system_used - apps, 0) + apps_hp
     system = max(system_used, reserved)
     hp_used = hp_request = hp_max = dangling = 0
     for p in pods:
@@ -214,6 +252,12 @@ def reclaimable(
         "byRequest": by["request"] / s,
         "byMaxUsageRequest": by["maxUsageRequest"] / s,
     }
+    if annotated is not None or node_terms.reservation_problem:
+        inputs.update(kubeletReserved=kubelet_reserved / s, annotationReserved=(annotated or 0) / s)
+    if node_terms.reservation_problem:
+        steps.append(f"reservation annotation ignored: {node_terms.reservation_problem}")
+    if node_terms.host_apps_used is not None:
+        inputs.update(hostAppsUsed=apps / s, hostAppsSystemUsed=apps_hp / s)
     value = amount / s
     return Reclaimable(resource, value, "; ".join(steps), inputs)
 
