@@ -43,6 +43,7 @@ def plan_tick(engine: Engine, evaluation: Evaluation, snapshot: Snapshot, guards
         snapshot.cgroups,
         resctrl,
         lambda uid: snapshot.by_uid.get(uid),
+        snapshot.absent_cgroups,
     )
     next_state = record_evictions(evaluation.state, list(result.evicted), snapshot.time)
     return TickResult(evaluation, result, next_state)

@@ -325,8 +325,11 @@ def _assemble(
     for section in NAMED_SECTIONS:
         table = named[section]
         live = []
+        restores: list[tuple[Any, Origins]] = []
         for e in table.values():
             if e.data.get("enabled", True) is False:
+                if section == "rules" and "whenDisabled" in e.data:
+                    restores.append(_when_disabled(e.data, e.origins))
                 continue
             missing = tuple(f for f in entry_required(section) if f not in e.data)
             if missing:
@@ -339,15 +342,28 @@ def _assemble(
                 )
                 continue
             live.append(e)
-        if not live:
+        if not live and not restores:
             continue
         spec[section] = []
-        for i, entry in enumerate(live):
-            spec[section].append({k: v for k, v in entry.data.items() if k != "enabled"})
-            for rel, loc in entry.origins.items():
-                if rel[:1] != ("enabled",):
+        for i, (data, rels) in enumerate([(e.data, e.origins) for e in live] + restores):
+            spec[section].append({k: v for k, v in data.items() if k not in ("enabled", "whenDisabled")})
+            for rel, loc in rels.items():
+                if rel[:1] not in (("enabled",), ("whenDisabled",)):
                     origins[(section, i, *rel)] = loc
     return Merged(spec, origins, docs, tuple(unanchored))
+
+
+def _when_disabled(data: Mapping[str, Any], rels: Origins) -> tuple[dict[str, Any], Origins]:
+    """A switched-off rule's ``whenDisabled`` as a rule of the same name that holds it every tick
+    (no condition, the rule's mode): the values a rule changed are restored while it is off.
+    Located where ``whenDisabled`` is written, so its problems point there."""
+    rule: dict[str, Any] = {"name": data["name"], "then": data["whenDisabled"]}
+    if "mode" in data:
+        rule["mode"] = data["mode"]
+    kept = {"name", "mode"}
+    out: Origins = {rel: loc for rel, loc in rels.items() if rel[:1] and rel[0] in kept}
+    out.update({("then", *rel[1:]): loc for rel, loc in rels.items() if rel[:1] == ("whenDisabled",)})
+    return rule, out
 
 
 @cache

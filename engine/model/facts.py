@@ -206,6 +206,9 @@ class Snapshot:
     host_apps: tuple[HostApp, ...] = ()
     # The Node object's annotations (Koordinator's node.koordinator.sh/reservation lives there).
     node_annotations: Mapping[str, str] = field(default_factory=dict)
+    # Cgroup paths whose directory the collector looked for and did not find (facts: absentCgroups).
+    # The planner holds every write there: a container that has not started or has gone.
+    absent_cgroups: frozenset[str] = frozenset()
 
     @cached_property
     def by_uid(self) -> Mapping[str, Workload]:
@@ -277,6 +280,7 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> Snapshot:
         (node_raw.get("cgroup") or {}).get("version"),
         tuple(_host_app(a) for a in data.get("hostApplications") or ()),
         MappingProxyType(dict(node_raw.get("annotations") or {})),
+        frozenset(str(p) for p in data.get("absentCgroups") or ()),
     )
 
 

@@ -6,6 +6,8 @@ pods it would have evicted), protected classes are never evicted (whatever a rul
 ``eviction_burst`` pods are evicted per tick across all rules (Katalyst's EvictionBurst, 3). A cgroup
 value its file does not accept (cpu.shares 0, cpu.weight 10001: computed values, since validation
 refuses literal ones) is refused, never clamped to the nearest bound, and the other writes go ahead.
+Nothing is written into a cgroup the collector found absent, or under one (a container not started
+yet, or gone), as Katalyst checks that a container's cgroup exists before it writes.
 Everything held back is reported with its reason.
 """
 
@@ -108,9 +110,11 @@ def plan(
     observed_cgroups: Mapping[str, Mapping[str, str]] | None = None,
     observed_resctrl: Mapping[str, str] | None = None,
     workload: Callable[[str], Workload | None] | None = None,
+    absent_cgroups: frozenset[str] = frozenset(),
 ) -> Plan:
     """The operations that make ``intents`` true against the observed state, behind ``guards``.
-    ``workload(uid)`` gives an eviction asking for the pod's own grace period its value."""
+    ``workload(uid)`` gives an eviction asking for the pod's own grace period its value;
+    ``absent_cgroups`` are the cgroup paths the collector found missing."""
     global _last
     last = _last
     if (
@@ -123,11 +127,22 @@ def plan(
         and last[2] == guards
         and _same_objects(last[0], intents)
         and (not last[6] or last[5] is workload)  # pods are looked up only for evictions
+        and (last[8] is absent_cgroups or last[8] == absent_cgroups)
     ):
         return last[7]  # type: ignore[no-any-return]
-    result = _plan(intents, policy, guards, observed_cgroups, observed_resctrl, workload)
+    result = _plan(intents, policy, guards, observed_cgroups, observed_resctrl, workload, absent_cgroups)
     evicts = any(isinstance(i, EvictIntent) for i in intents)
-    _last = (intents, policy, guards, observed_cgroups, observed_resctrl, workload, evicts, result)
+    _last = (
+        intents,
+        policy,
+        guards,
+        observed_cgroups,
+        observed_resctrl,
+        workload,
+        evicts,
+        result,
+        absent_cgroups,
+    )
     return result
 
 
@@ -138,6 +153,7 @@ def _plan(
     observed_cgroups: Mapping[str, Mapping[str, str]] | None,
     observed_resctrl: Mapping[str, str] | None,
     workload: Callable[[str], Workload | None] | None,
+    absent_cgroups: frozenset[str] = frozenset(),
 ) -> Plan:
     ops: list[Operation] = []
     claimed: dict[tuple[str, str], str] = {}  # cgroup file -> the rule whose intent sets it this tick
@@ -160,6 +176,15 @@ def _plan(
             owner = claimed.get(slot)
             if owner is not None:
                 held.append(Held(intent, f"rule {owner} already sets this file this tick"))
+                continue
+            gone = _absent(intent.path, absent_cgroups) if absent_cgroups else None
+            if gone is not None:
+                held.append(
+                    Held(
+                        intent,
+                        f"cgroup {gone} does not exist (the collector found no directory): not written",
+                    )
+                )
                 continue
             current = observed.get(intent.path)
             if current is None or current.get(intent.file) != intent.value:
@@ -246,6 +271,15 @@ def _audited(ops: list[Operation], held: list[Held], acting: list[Intent]) -> Pl
         if isinstance(op, EvictPod)
     )
     return Plan(tuple(events), (*held, *(Held(i, AUDIT_HELD) for i in acting)), ())
+
+
+def _absent(path: str, absent: frozenset[str]) -> str | None:
+    """The absent cgroup ``path`` is, or lies under; None when neither."""
+    while path:
+        if path in absent:
+            return path
+        path = path.rpartition("/")[0]
+    return None
 
 
 def _resctrl_ops(

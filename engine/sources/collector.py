@@ -578,6 +578,7 @@ class NodeCollector:
             ),
             allocatable=allocatable,
             cgroups=observed,
+            absent_cgroups=self.observer.absent,
             resctrl=self.resctrl() if self.resctrl is not None else NO_RESCTRL,
             cgroup_version=self.cgroup.version,
             node_annotations=annotations,

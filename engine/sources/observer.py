@@ -10,6 +10,7 @@ host's own cgroup version.
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -68,6 +69,10 @@ class Observer:
     at the next tick (a write that failed or found the cgroup gone: the kernel's value is unknown).
     A pair seen for the first time is read at once. The default re-reads every tick.
 
+    A path none of whose files gave a value is checked for its directory (``exists``): ``absent``
+    lists those that have none, so the planner writes nothing into a cgroup that is not there
+    (a container not started yet, or gone) rather than failing in the adapter.
+
     A steady tick costs its due reads plus a copy of the path index: the grouping of the pairs is
     kept while the caller hands over the same list object (the collector does while workloads and
     tracked files are unchanged; a tuple, as a list could have changed in place), and a path's values
@@ -79,8 +84,10 @@ class Observer:
         reader: Reader,
         every: int = 1,
         translate: Translate | None = None,
+        exists: Callable[[str], bool] = os.path.isdir,
     ) -> None:
         self.fs = fs
+        self.exists = exists
         self.reader = reader
         self.every = every
         # The cgroup adapter's observe(): reads the host files of logical names (cpu.shares on a v2
@@ -93,6 +100,14 @@ class Observer:
         self._dirty: set[str] = set()  # paths whose values changed since ``_out`` was built
         self._out: dict[str, dict[str, str]] = {}
         self._view: Mapping[str, Mapping[str, str]] = MappingProxyType(self._out)
+        self._absent: set[str] = set()
+        self._absent_view: frozenset[str] = frozenset()
+
+    @property
+    def absent(self) -> frozenset[str]:
+        """The observed cgroup paths whose directory was missing at their last read; the same object
+        while unchanged."""
+        return self._absent_view
 
     def note(self, path: str, file: str, value: str) -> None:
         seen = self._seen.get((path, file))
@@ -131,16 +146,28 @@ class Observer:
             for pair, seen in layout.buckets[tick % every]:
                 due[pair] = seen
         if due:
+            if self._absent:  # a read of an absent path checks its directory again
+                self._dirty.update(path for path, _ in due if path in self._absent)
             self._read(due)
         if self._dirty:
             out = dict(self._out)
             groups = layout.groups
+            absent = self._absent
+            before = len(absent)
             for path in self._dirty:
-                values = {f: s.value for f, s in groups.get(path, ()) if s.value is not None}
+                group = groups.get(path) or []
+                values = {f: s.value for f, s in group if s.value is not None}
                 if values:
                     out[path] = values
+                    absent.discard(path)
                 else:
                     out.pop(path, None)
+                    if group and not self.exists(os.path.dirname(group[0][1].file)):
+                        absent.add(path)
+                    else:
+                        absent.discard(path)
+            if len(absent) != before or (before and absent != self._absent_view):
+                self._absent_view = frozenset(absent)
             self._dirty.clear()
             self._out = out
             self._view = MappingProxyType(out)
@@ -172,6 +199,7 @@ class Observer:
         self._out = {}
         self._view = MappingProxyType(self._out)
         self._dirty = set(layout.groups)
+        self._absent &= self._dirty
         return layout
 
     def _read(self, due: Mapping[Pair, _Seen]) -> None:

@@ -146,6 +146,7 @@ def snapshot_to_dict(snap: Snapshot, labels: Mapping[str, str] | None = None) ->
         "workloads": [_workload_doc(w) for w in snap.workloads],
         "metrics": metrics,
         "cgroups": {path: dict(files) for path, files in snap.cgroups.items()},
+        **({"absentCgroups": sorted(snap.absent_cgroups)} if snap.absent_cgroups else {}),
     }
     if snap.host_apps:
         doc["hostApplications"] = [_host_app_doc(a) for a in snap.host_apps]

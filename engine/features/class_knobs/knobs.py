@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any, Literal, Protocol
 
@@ -499,3 +499,15 @@ def _container_context(c: Container) -> dict[str, Any]:
         "requests": {"cpu": c.requests.get("cpu", 0.0), "memory": c.requests.get("memory", 0.0)},
         "limits": {"cpu": c.limits.get("cpu"), "memory": c.limits.get("memory")},
     }
+
+
+def main_container(
+    containers: Sequence[Container], annotations: Mapping[str, str], key: str | None
+) -> str | None:
+    """The name of a pod's main container: the one its annotation ``key`` names, else its first app
+    container (Katalyst's GetMainContainer). A named container the pod does not have is still the
+    answer, so no container matches it. None for a pod without app containers."""
+    named = annotations.get(key, "") if key else ""
+    if named:
+        return named
+    return next((c.name for c in containers if not c.init), None)

@@ -40,6 +40,8 @@ class ClassCpu:
     burst: Knob = None
     burst_policy: str | None = None
     burst_percent: float = KATALYST_DEFAULT_BURST_PERCENT
+    burst_main_only: bool = False  # burstContainers: main
+    main_container_annotation: str | None = None
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> ClassCpu:
@@ -54,6 +56,8 @@ class ClassCpu:
             burst=raw.get("burst"),
             burst_policy=raw.get("burstPolicy"),
             burst_percent=float(raw.get("burstPercent", KATALYST_DEFAULT_BURST_PERCENT)),
+            burst_main_only=raw.get("burstContainers") == "main",
+            main_container_annotation=raw.get("mainContainerAnnotation"),
         )
 
 
@@ -217,6 +221,13 @@ def check_class_knobs(c: Checker, base: JsonPath, raw: Mapping[str, Any]) -> Non
             )
     if "shares" in cpu and "weight" in cpu:
         c.add((*base, "cpu"), "set either cpu.shares or cpu.weight, not both", "qosd converts between them")
+    if "mainContainerAnnotation" in cpu and cpu.get("burstContainers") != "main":
+        c.add(
+            (*base, "cpu", "mainContainerAnnotation"),
+            "cpu.mainContainerAnnotation names the main container for cpu.burstContainers: main, "
+            "which this class does not set, so it would do nothing",
+            "add burstContainers: main, or drop mainContainerAnnotation",
+        )
     for key in ("shares", "weight"):
         if cpu.get(key) == "max":
             c.add((*base, "cpu", key), f'cpu.{key} cannot be "max"', "give a number, percent or expression")

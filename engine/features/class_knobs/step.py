@@ -51,10 +51,10 @@ back every tick.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
-from typing import Any, cast, get_args
+from typing import Any
 
 from engine.cgroups.files import host_files
 from engine.cgroups.weight import DEFAULT_WEIGHT_FORMULA, WeightFormula, weight_to_shares
@@ -63,19 +63,17 @@ from engine.config.render import RenderError
 from engine.evaluate.classify import Classified, Classifier
 from engine.evaluate.context import Skipped, Tick
 from engine.evaluate.factview import ACTIVE_PHASES, FactViews, same_workloads
+from engine.features.class_knobs.burst_policy import bursts, observed_quotas, policy_burst
 from engine.features.class_knobs.knobs import (
     IGNORE_OOM_PRIORITY,
     PERIOD_US,
-    KatalystBurstPolicy,
     KnobFn,
     burst_file,
     compile_knob,
     const_knob,
-    cores_to_milli,
     cpu_idle_value,
-    katalyst_burst_us,
     knob_reads,
-    milli_cpu_to_quota,
+    main_container,
     sum_texts,
 )
 from engine.features.memory_qos.reconcile import (
@@ -89,7 +87,6 @@ from engine.features.memory_qos.reconcile import (
 from engine.features.memory_qos.spec import MemoryQos
 from engine.model.facts import Container, Snapshot, Workload
 from engine.model.intents import CgroupIntent, Provenance
-from engine.model.units import int_or_none
 
 RULE = "classes"  # the provenance name of class-declared knobs (not a rule the policy can name)
 
@@ -442,7 +439,7 @@ class ClassKnobStep:
     ) -> _PodResult:
         plan = self.plan(cls, version)
         policy = c.effects.burst_policy or plan.burst_policy
-        quotas = self._observed_quotas(w, snap, version) if policy == "static" else ()
+        quotas = observed_quotas(_app_containers(w), snap, version) if policy == "static" else ()
         key = (
             version,
             ask,
@@ -480,9 +477,9 @@ class ClassKnobStep:
 
         def emit(path: str, knobs: Iterable[_Knob], ctr: Container | None, out: list[CgroupIntent]) -> None:
             for k in knobs:
-                if burst_policy is not None and k.file == plan.burst_file:
-                    continue  # the pod's Katalyst burst policy replaces the class's burst knob
-                if ctr is None and k.per_container:
+                if k.file == plan.burst_file and (burst_policy is not None or not bursts(ctr, main)):
+                    continue  # a Katalyst burst policy replaces the burst knob; burstContainers
+                if ctr is None and (k.per_container or (main is not None and k.file == plan.burst_file)):
                     value = sum_texts(k.file, per_file.get(k.file, ()))
                 else:
                     current = t.current(snap, path, k.file) if k.current else None
@@ -500,6 +497,12 @@ class ClassKnobStep:
                 out.append(CgroupIntent(path, k.file, value, w.key, prov))
 
         containers = list(_app_containers(w))
+        cpu = plan.cls.cpu
+        main = (
+            main_container(containers, w.annotations, cpu.main_container_annotation)
+            if cpu.burst_main_only
+            else None
+        )
         ctr_intents: list[CgroupIntent] = []
         if plan.container_knobs:
             for ctr in containers:
@@ -508,7 +511,10 @@ class ClassKnobStep:
             emit(w.cgroup_path, plan.pod_knobs, None, intents)
         intents.extend(ctr_intents)
         if burst_policy is not None:
-            intents.extend(self._katalyst_burst(w, c, plan, burst_policy, containers, quotas, prov))
+            percent = plan.burst_percent if c.effects.burst_percent is None else c.effects.burst_percent
+            intents.extend(
+                policy_burst(w.key, containers, quotas, burst_policy, percent, plan.burst_file, prov, main)
+            )
         if plan.v1_memory_skipped:
             notes.append(v1_memory_note(f"class {plan.cls.name}", plan.v1_memory_skipped, RULE))
         qos_input = None
@@ -528,55 +534,6 @@ class ClassKnobStep:
             conditions=(),
             inputs=MappingProxyType({**plan.inputs, **extra}),
         )
-
-    # ---------------------------------------------------------------- CPU burst (Katalyst)
-
-    @staticmethod
-    def _observed_quotas(w: Workload, snap: Snapshot, version: int | None) -> tuple[str | None, ...]:
-        """Each app container's current CFS quota as observed: Katalyst bursts over the quota the
-        cgroup holds, whoever set it."""
-        out: list[str | None] = []
-        for ctr in _app_containers(w):
-            files = snap.cgroups.get(ctr.cgroup_path) or {}
-            text = files.get("cpu.cfs_quota_us") if version != 2 else None
-            if text is None and "cpu.max" in files:
-                head = files["cpu.max"].split()
-                text = "-1" if not head or head[0] == "max" else head[0]
-            out.append(text)
-        return tuple(out)
-
-    def _katalyst_burst(
-        self,
-        w: Workload,
-        c: Classified,
-        plan: _ClassPlan,
-        policy: str,
-        containers: list[Container],
-        quotas: tuple[str | None, ...],
-        prov: Provenance,
-    ) -> list[CgroupIntent]:
-        """Katalyst's cpu burst manager: per app container, from its CFS quota (observed, else the
-        kubelet's quota for its CPU limit); closed writes 0, static quota x percent / 100, default
-        and dynamic leave the file alone."""
-        if policy not in get_args(KatalystBurstPolicy):
-            return []  # an enhancement's value list admits only Katalyst's four policies
-        percent = float(plan.burst_percent if c.effects.burst_percent is None else c.effects.burst_percent)
-        out: list[CgroupIntent] = []
-        for i, ctr in enumerate(containers):
-            observed = quotas[i] if i < len(quotas) else None
-            quota = int_or_none(observed)
-            if quota is None:
-                limit = ctr.limits.get("cpu")
-                quota = milli_cpu_to_quota(cores_to_milli(limit)) if limit else -1
-            value = katalyst_burst_us(quota, percent, cast(KatalystBurstPolicy, policy))
-            if value is None:
-                continue
-            inputs = {"burstPolicy": policy, "container": ctr.name, "quotaUs": quota}
-            if policy == "static":
-                inputs["burstPercent"] = percent
-            p = replace(prov, inputs=MappingProxyType({**prov.inputs, **inputs}))
-            out.append(CgroupIntent(ctr.cgroup_path, plan.burst_file, str(value), w.key, p))
-        return out
 
     # ---------------------------------------------------------------- OOM priority
 

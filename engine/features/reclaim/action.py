@@ -264,6 +264,7 @@ def publish(ctx: ActionContext) -> bool:
             history.reported,
             scale,
             reserve_cpus(ctx),
+            sum(ctx.snap.topology.numa_memory.values()) or None,
         )
     elif spec.policy == "free":
         manager = node.get("kubelet.cpu_manager_policy")

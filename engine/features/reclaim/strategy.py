@@ -296,13 +296,15 @@ def headroom_reclaimable(
     last_report: float | None = None,
     scale_factor: float = 10.0,
     reserved_cpus: int | None = None,
+    machine_memory: float | None = None,
 ) -> Reclaimable:
     """Katalyst's canonical headroom for ``resource`` from the non-reclaimed containers' estimates.
 
     ``reserved_cpus`` is the size of the reserve pool (None: the policy has none, and kubelet's
     allocatable stands for what is available). ``reclaimed_usage`` (cores used by reclaimed pods)
     and ``last_report`` feed the CPU util-based variant; ``scale_factor`` (vm.watermark_scale_factor)
-    feeds the memory util buffer."""
+    and ``machine_memory`` (the machine's memory: its NUMA nodes' sum; None: the node's capacity)
+    feed the memory util buffer."""
     stale = _stale(resource, metrics_age, degrade_after)
     if stale is not None:
         return stale
@@ -315,7 +317,7 @@ def headroom_reclaimable(
         return Reclaimable(resource, None, f"node {resource} capacity unknown", {})
     if resource == "cpu":
         return _cpu_headroom(h, node, capacity, demands, reclaimed_usage, last_report, reserved_cpus)
-    return _memory_headroom(h, node, capacity, demands, scale_factor)
+    return _memory_headroom(h, node, capacity, demands, scale_factor, machine_memory)
 
 
 def _cpu_headroom(
@@ -387,7 +389,11 @@ def _memory_headroom(
     capacity: float,
     demands: Sequence[Demand],
     scale_factor: float,
+    machine_memory: float | None,
 ) -> Reclaimable:
+    """Canonical memory headroom plus the util-based buffer. The cache-based term is admitted by the
+    machine's CPUs per GiB of its memory (Katalyst's MachineInfo: cores over MemoryCapacity), which
+    can differ from ``capacity``, the headroom's upper bound and the system total."""
     containers = [MemoryContainer(d.level, d.request, d.rss, d.cache, d.shmem) for d in demands]
     estimates = [
         estimate_container_memory(c, h.usage_factor, h.system_factor, h.fallback) for c in containers
@@ -409,6 +415,8 @@ def _memory_headroom(
             steps.append("utilBased: node free or used memory unknown, no buffer")
         else:
             cpus = float(node.get(FACTS["cpu"].capacity) or 0.0)
+            machine = machine_memory or capacity
+            inputs["machineMemory"] = machine
             system = SystemMemory(
                 total=capacity,
                 free=float(free),
@@ -422,7 +430,7 @@ def _memory_headroom(
                 system_extra=sum(
                     (c.cache or 0.0) + (c.shmem or 0.0) for c in containers if c.qos_level == SYSTEM_CORES
                 ),
-                cpu_memory_ratio=cpus / (capacity / GiB),
+                cpu_memory_ratio=cpus / (machine / GiB),
             )
             buffer = memory_util_buffer(
                 requirement,

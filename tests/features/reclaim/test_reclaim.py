@@ -393,6 +393,40 @@ def test_memory_headroom_util_buffer(
     assert r.inputs["staticBasedCapacity"] == 20 * GiB
 
 
+@pytest.mark.parametrize(
+    ("machine", "expected"),
+    [
+        # 96 cores / 500Gi = 0.192 per GiB, within [1/6, 1/3.5]: the cache term (12Gi) is admitted
+        (500 * GiB, 85 * GiB),
+        # no machine memory known: the node's 100Gi gives 0.96 per GiB, outside: static 20Gi alone
+        (None, 73 * GiB),
+    ],
+)
+def test_cache_buffer_ratio_uses_the_machine_memory(machine: int | None, expected: int) -> None:
+    """TestPolicyCanonical_calculateMemoryBuffer "enable buffer and cache oversold": the headroom's
+    upper bound is 100Gi while the machine has 500Gi; the CPU/memory ratio is the machine's."""
+    s = headroom_spec("memory", reserved_for_allocate=float(4 * GiB), util_based=True, cache_based_ratio=0.6)
+    node = {
+        "memory.capacity_bytes": float(100 * GiB),
+        "cpu.capacity_cores": 96.0,
+        "memory.free_bytes": float(20 * GiB),
+        "memory.usage_bytes": float(60 * GiB),
+    }
+    demands = [Demand(SHARED_CORES, 1.0, rss=15.0 * GiB, cache=15.0 * GiB), SHARED_AND_SYSTEM[1]]
+    r = headroom_reclaimable(
+        "memory",
+        s,
+        node,
+        demands,
+        None,
+        None,
+        scale_factor=500.0,
+        machine_memory=None if machine is None else float(machine),
+    )
+    assert r.value == expected
+    assert r.inputs["machineMemory"] == (machine or 100 * GiB)
+
+
 def test_memory_headroom_without_metrics_and_without_free() -> None:
     """A container with no metric is estimated at 8Gi (estimationMemoryFallbackValue) whatever its
     request; util-based without node free/used memory adds no buffer and says so."""
