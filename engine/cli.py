@@ -1,6 +1,6 @@
 """The ``qosd`` command line: argument parsing and exit codes only. Each command's implementation lives
 with its package: engine.config.command (validate, render, schema, crd), engine.eval_command (eval),
-engine.ruletest, engine.explain, engine.simulate, engine.daemon and engine.demo.
+engine.ruletest, engine.explain, engine.simulate, engine.daemon, engine.webhook and engine.demo.
 
 Exit codes follow the usual validator convention: 0 clean, 1 invalid input, 2 usage error. An
 exception nobody expected (a bug) is one line on stderr and exit 70 (EX_SOFTWARE), not a traceback
@@ -28,6 +28,7 @@ from engine.explain import options as explain_options
 from engine.resources import SCHEMAS
 from engine.ruletest import options as ruletest_options
 from engine.simulate import options as simulate_options
+from engine.webhook import options as webhook_options
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -134,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_options.add_parser(sub)
     simulate_options.add_parser(sub)
     daemon_options.add_parser(sub)
+    webhook_options.add_parser(sub)
     demo.add_parser(sub)
 
     c = sub.add_parser("crd", help="print qosd's CustomResourceDefinitions (QoSPolicy, QoSNodeStatus)")

@@ -54,7 +54,7 @@ def test_validate_invalid_file_exits_1_with_located_text(
     path.write_text(BAD)
     code, out, err = run(capsys, "validate", "--no-builtin", str(path))
     assert code == 1 and out == ""
-    assert f'{path}:7:43: error: "70" is a string, expected number' in err
+    assert f'{path}:7:43: error: expected a number, got the string "70"' in err
     assert err.rstrip().endswith("2 errors in 1 document(s) from 1 file(s)")
 
 
@@ -134,7 +134,7 @@ def test_render_of_a_facts_snapshot_node_checks_the_facts_schema(
     node.write_text("node:\n  name: n1\n  topology:\n    cpus: [{id: 0, core: 0, socket: 0, numa: '0'}]\n")
     code, _, err = run(capsys, "render", "--node", str(node))
     assert code == 1
-    assert f'{node}:4:46: error: "0" is a string, expected integer' in err
+    assert f'{node}:4:46: error: expected an integer, got the string "0"' in err
 
 
 def test_schema_and_fact_names(capsys: pytest.CaptureFixture[str]) -> None:

@@ -108,7 +108,7 @@ def test_a_fact_typo_is_reported_with_the_schema_errors_of_its_file(tmp_path: Pa
     assert "unknown fact 'node.memory.usage_pct'" in proc.stderr
     assert "did you mean 'node.memory.usage_percent'" in proc.stderr
     assert "unknown fact 'node.cpu.usage_percnt'" in proc.stderr
-    assert '"70" is a string, expected number' in proc.stderr
+    assert 'expected a number, got the string "70"' in proc.stderr
 
 
 def test_one_yaml_syntax_error_does_not_hide_the_other_files(tmp_path: Path) -> None:
@@ -125,7 +125,7 @@ def test_one_yaml_syntax_error_does_not_hide_the_other_files(tmp_path: Path) -> 
     report = json.loads(proc.stdout)
     by_file = {Path(p["source"]).name: p["message"] for p in report["problems"]}
     assert by_file["a-broken.yaml"].startswith("YAML syntax error")
-    assert by_file["b-schema.yaml"] == "5 is a integer, expected string"
+    assert by_file["b-schema.yaml"] == "expected a string, got the number 5"
     assert by_file["c-fact.yaml"] == "unknown fact 'node.cpu.usage_pct'"
     assert proc.returncode == 1
     assert "checks across documents" in report["summary"]

@@ -287,7 +287,7 @@ def test_schema_errors_are_located(capsys: pytest.CaptureFixture[str], tmp_path:
     code, _, err = explain(capsys, str(path))
     assert code == 1
     index = next(i for i, x in enumerate(json.loads(text)["intents"]) if x.get("rank") == 2)
-    assert f'{path}:{line}:15: error: "two" is a string, expected integer (at $.intents[{index}].rank)' in err
+    assert f'{path}:{line}:15: error: expected an integer, got the string "two" (at $.intents[{index}].rank)' in err
 
 
 def test_bad_audit_log_lines_are_located(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

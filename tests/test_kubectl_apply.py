@@ -73,7 +73,18 @@ def test_server_side_apply_creates_every_object_owned_by_kubectl(
 
 
 def test_reapplying_writes_nothing(kubectl: Kubectl, applied: list[Json]) -> None:
+    """A no-op apply changes no resourceVersion, even of a CRD whose conditions were set long ago
+    (a condition's lastTransitionTime moves only with its status), and ``kubectl diff`` (a dry-run
+    apply) finds nothing: no empty map the server would omit, no moved timestamp."""
+    for obj in applied:
+        if obj["kind"] == "CustomResourceDefinition":
+            crd = _stored(kubectl, obj)
+            for condition in crd["status"]["conditions"]:
+                condition["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+            kubectl.server.put(crd)
     versions = {o["metadata"]["name"]: _stored(kubectl, o)["metadata"]["resourceVersion"] for o in applied}
+    diff = kubectl("diff", "-k", DEPLOY, check=False)
+    assert (diff.rc, diff.stdout) == (0, ""), diff.stdout[:3000] + diff.stderr
     out = kubectl("apply", "--server-side", "-k", DEPLOY).stdout
     assert all(line.endswith(" serverside-applied") for line in out.splitlines())
     assert {

@@ -61,7 +61,7 @@ CASES = [
     (
         "threshold as string",
         "rules:\n  - name: r\n    when: {node.memory.usage_percent: {gte: '90'}}\n    then: {notify: {}}\n",
-        '"90" is a string, expected number',
+        'expected a number, got the string "90"',
         "write 90 without quotes",
         7,
         47,
@@ -94,7 +94,7 @@ CASES = [
     (
         "percent out of range",
         "rules:\n  - name: r\n    then: {suppress: {class: be, thresholdPercent: 150}}\n",
-        "150: is greater than the maximum of 100",
+        "150 is greater than the maximum of 100",
         "",
         7,
         54,
@@ -102,7 +102,7 @@ CASES = [
     (
         "boolean as number",
         "classes:\n  - name: x\n    evictionPriority: true\n",
-        "true is a boolean, expected integer",
+        "expected an integer, got the boolean true",
         "true/false is not a number",
         7,
         25,

@@ -467,7 +467,7 @@ def test_policy_errors_are_case_errors(tmp_path: Path, capsys: pytest.CaptureFix
 
 # (suite body, the text the error must point at, the message). FACTS becomes "mp.yaml".
 BAD_SUITES = [
-    ("cases: []\n", "[]", "[]: should be non-empty"),
+    ("cases: []\n", "[]", "this list needs at least 1 item; it is empty"),
     ("cases: [{name: a}]\n", "{name: a}", "missing required field 'facts'"),
     ("cases: [{name: a, facs: FACTS}]\n", "facs", "unknown field 'facs'"),
     ("cases: [{name: a, facts: nope.yaml}]\n", "nope.yaml", "facts file nope.yaml does not exist"),
@@ -509,12 +509,12 @@ BAD_SUITES = [
     (
         "cases: [{name: a, facts: FACTS, patch: {workloads: {}}}]\n",
         "{}}",
-        "the facts after this patch are invalid: {} is a mapping, expected array",
+        "the facts after this patch are invalid: expected a list, got an empty mapping",
     ),
     (
         "cases: [{name: a, facts: FACTS, state: {heldSince: {r: soon}}}]\n",
         "soon",
-        '"soon" is a string, expected number',
+        'expected a number, got the string "soon"',
     ),
     (
         "cases: [{name: a, facts: FACTS, steps: [{at: 5 minutes}]}]\n",
@@ -530,7 +530,7 @@ BAD_SUITES = [
     (
         "cases:\n  - name: a\n    facts: FACTS\n    expect: {fired: bad}\n",
         "bad}",
-        '"bad" is a string, expected array',
+        'expected a list, got the string "bad"',
     ),
 ]
 

@@ -196,7 +196,7 @@ def test_a_suite_overlay_applies_to_every_case_and_a_case_overlay_above_it(
             "[{apiVersion: qosd.io/v1alpha1, kind: QoSPolicy, metadata: {name: x}, "
             "spec: {rules: [{name: be-memory-evict, then: {evict: {maxPerRound: x}}}]}}]",
             "7:151",
-            '"x" is a string, expected integer',
+            'expected an integer, got the string "x"',
         ),
     ],
 )

@@ -70,6 +70,7 @@ EFFECT_TYPES = {name: types for name, (_field, types) in EFFECTS.items()}
 MAX_RATE_COUNT = 10_000
 
 _SINGULAR = {"classes": "class", "enhancements": "enhancement", "pools": "pool", "rules": "rule"}
+_SECTION_OF = {what: section for section, what in _SINGULAR.items()}
 
 
 def document_problems(rendered: Rendered) -> list[Problem]:
@@ -106,7 +107,10 @@ class _Checker:
         self.classes = {c["name"]: c for c in self.spec.get("classes", [])}
         self.enhancements = {e["name"]: e for e in self.spec.get("enhancements", [])}
         self.pools = {p["name"]: p for p in self.spec.get("pools", [])}
-        self.class_names = tuple(self.classes)
+        # What documents with schema errors had taken out (engine/config/withheld.py): not "undefined".
+        self.withheld = tuple(r.withheld for r in merged.documents if r.withheld is not None)
+        hidden_classes = {n for w in self.withheld for n in w.names.get("classes", ())} - set(self.classes)
+        self.class_names = (*self.classes, *sorted(hidden_classes))
         self.action_specs = action_specs((self.spec.get("cgroup") or {}).get("weightFormula"))
         self.cgroup_files = NO_FILES  # spec.cgroup.files, compiled before the rules that write them
 
@@ -116,10 +120,15 @@ class _Checker:
     def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None:
         self.problems.append(Problem(self.loc(path), message, hint, tuple(related)))
 
+    def hidden(self, key: JsonPath) -> bool:
+        """Whether spec ``key`` was taken out of a document for its schema errors: a check about it
+        would report what the schema error already says, or a consequence of it."""
+        return any(w.hides(key) for w in self.withheld)
+
     def ref(self, path: JsonPath, name: Any, table: dict[str, Any], what: str) -> None:
         if isinstance(name, str) and name not in table:
-            import difflib
-
+            if self.hidden((_SECTION_OF[what], name)):
+                return
             close = difflib.get_close_matches(name, list(table), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}? " if close else ""
             hint += (
@@ -501,8 +510,8 @@ def _check_action(
         memory_guard_spec.check(c, p, params)
     elif kind == "setResctrl":
         resctrl_spec.check(c, p, params)
-    elif kind == "publish":
-        publish_spec.check(c, p, params)
+    elif kind == "publish" and not c.hidden(("reclaim", str(params.get("resource")))):
+        publish_spec.check(c, p, params)  # it reads spec.reclaim.<resource>
 
 
 def _check_cgroup_path(c: _Checker, path: JsonPath, what: str, value: Any) -> None:
@@ -520,6 +529,8 @@ def _check_cgroup_value(c: _Checker, path: JsonPath, file: str, knob: Any) -> st
     tick time. Returns the text when it is valid."""
     declared = c.cgroup_files.formats
     if file not in VALUE_FORMATS and file not in declared:
+        if c.hidden(("cgroup", "files", file)):
+            return None  # declared by a document whose declaration has schema errors
         close = difflib.get_close_matches(file, [*VALUE_FORMATS, *declared], n=1, cutoff=0.6)
         c.add(
             path,

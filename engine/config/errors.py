@@ -194,6 +194,10 @@ class Checker(Protocol):
 
     def add(self, path: JsonPath, message: str, hint: str = "", related: Iterable[Location] = ()) -> None: ...
 
+    def hidden(self, key: JsonPath) -> bool:
+        """Whether spec ``key`` (``("reclaim", "cpu")``) was taken out of a document for its schema
+        errors (engine/config/withheld.py): a check that reads it must not report it missing."""
+
     def ref(self, path: JsonPath, name: Any, table: dict[str, Any], what: str) -> None: ...
 
     def cgroup_path(self, path: JsonPath, what: str, value: Any) -> None:

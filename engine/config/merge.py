@@ -18,17 +18,19 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from engine.config.errors import Location, Problem, short
+from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import Document, JsonPath, Layer, json_path
 from engine.config.schema_check import did_you_mean
 from engine.config.selector import document_selector, may_overlap
 from engine.config.unset import DEFINITIONS as SECTION_DEFINITIONS
 from engine.config.unset import UNSET, policy_schema, unset_paths
+from engine.config.withheld import Split, Withheld
 
 NAMED_SECTIONS = ("classes", "enhancements", "pools", "rules")
 SINGLE_SECTIONS = ("reclaim", "pressure", "eviction", "cgroup", "cfsQuotaBurst")
 SPEC_SCALARS = ("mode", "defaultClass")
 DOC_ONLY = ("priority", "nodeSelector", "nodeNames")
+KNOWN_SPEC_KEYS = frozenset({*NAMED_SECTIONS, *SINGLE_SECTIONS, *SPEC_SCALARS, *DOC_ONLY})
 
 Origins = dict[JsonPath, Location]
 
@@ -40,6 +42,11 @@ class Rendered:
     doc: Document
     data: dict[str, Any]
     incomplete: bool = False  # some entry lacks a required field that another document must supply
+    # A document the schema refused parts of: ``data`` is what is left (``split``), merged and checked
+    # only so that its other problems are found in the same run; ``withheld`` keeps the checks quiet
+    # about what was taken out. Such a document never becomes a policy (its schema errors stand).
+    withheld: Withheld | None = None
+    split: Split | None = field(default=None, compare=False, repr=False)
     # _origins_of results by document path: a Rendered is cached with its document across reloads
     # (pipeline.prepare), so an unchanged document (the built-in layer) is located once, not per merge.
     origins: dict[JsonPath, tuple[tuple[JsonPath, Location], ...]] = field(
@@ -66,8 +73,9 @@ class Rendered:
     def sort_key(self) -> tuple[int, tuple[int, int, int], str]:
         return (int(self.doc.layer), self.tier, self.doc.name)
 
-    def locate(self, path: JsonPath) -> Location:
-        return self.doc.locate(path)
+    def locate(self, path: JsonPath, prefer_key: bool = False) -> Location:
+        """Where ``path`` of ``data`` is in the document (items after one taken out moved up)."""
+        return self.doc.locate(path if self.split is None else self.split.original(path), prefer_key)
 
 
 @dataclass
@@ -139,7 +147,7 @@ def _origins_of(r: Rendered, base: JsonPath, value: Any) -> tuple[tuple[JsonPath
     while stack:
         rel, v = stack.pop()
         # Containers are located at their key ("when:"), scalars at the value itself.
-        out.append((rel, r.doc.locate((*base, *rel), prefer_key=isinstance(v, dict | list))))
+        out.append((rel, r.locate((*base, *rel), prefer_key=isinstance(v, dict | list))))
         if isinstance(v, dict):
             stack.extend(((*rel, k), sub) for k, sub in v.items())
         elif isinstance(v, list):
@@ -236,6 +244,20 @@ def merge(rendered: list[Rendered]) -> Merged:
     scalars = _Entry({}, {})
     singles: dict[str, _Entry] = {}
     named: dict[str, dict[str, _Entry]] = {s: {} for s in NAMED_SECTIONS}
+    unknown = [
+        Problem(
+            r.locate(("spec", key), prefer_key=True),
+            f"unknown spec section {key!r}",
+            did_you_mean(key, KNOWN_SPEC_KEYS) or f"spec sections: {', '.join(sorted(KNOWN_SPEC_KEYS))}",
+        )
+        for r in ordered
+        for key in r.spec
+        if key not in KNOWN_SPEC_KEYS
+    ]
+    if unknown:
+        # The schema refuses these first on every path (files, RuleTest overlays, custom resources);
+        # a section merge does not know would otherwise vanish from the policy without a word.
+        raise PolicyError(unknown)
     for r in ordered:
         spec = r.spec
         base: JsonPath = ("spec",)

@@ -34,9 +34,10 @@ from engine.config.load import (
 )
 from engine.config.merge import Merged, Rendered, Unanchored, conflicts, merge
 from engine.config.policy import Policy
+from engine.config.refused import unhidden, withhold, withhold_whole
 from engine.config.render import is_template, render_document
 from engine.config.schema_check import schema_problems
-from engine.config.selector import NODE_NAME_LABEL, document_selector, matches
+from engine.config.selector import NODE_NAME_LABEL, document_selector, matches, selector_problems
 from engine.config.unset import has_unset, unset_problems
 from engine.features.rules.conditions import unknown_fact_problems
 from engine.model.node import NodeInfo
@@ -198,7 +199,7 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
         ]
     deep = nesting_problem(doc)  # before the recursive walks below (render, schema, merge, compile)
     if deep is not None:
-        return None, [deep]
+        return withhold_whole(doc, [deep])
     sel = _selector(doc)
     if _has_template(sel):
         problems.append(
@@ -221,19 +222,21 @@ def _prepare(doc: Document, node: NodeInfo) -> tuple[Rendered | None, list[Probl
     data, render_problems = render_document(doc, node.template_context())
     problems.extend(render_problems)
     if render_problems:
-        return None, problems
+        return withhold_whole(doc, problems)
     gaps: list[str] = []
-    problems.extend(schema_problems(data, doc.locate, partial=gaps))
-    if not problems:
-        problems.extend(unset_problems(data.get("spec") or {}, doc.locate))
-    if problems:
-        # The semantic checks need a valid shape, but a fact-name typo is found on any shape; report
-        # it with the schema errors instead of after they are fixed.
-        return None, problems + unknown_fact_problems(data, doc.locate)
+    shape_ok = not problems and not schema_problems(data, doc.locate, partial=gaps)
+    if shape_ok:
+        # Where the document applies: a selector no node can carry is refused like a templated one.
+        problems.extend(selector_problems(data.get("spec"), doc.locate))
+    if problems or not shape_ok or unset_problems(data.get("spec") or {}, doc.locate):
+        # The semantic checks need a valid shape: they check what is left once the refused values
+        # are taken out, so the document's other problems come out in this run (engine/config/refused).
+        # ``problems`` so far say where the document applies is unknown: then nothing of it is merged.
+        return withhold(doc, data, problems, placement=bool(problems))
     # A document that unsets fields may leave the merged spec without one it requires: check it whole.
     rendered = Rendered(doc, data, incomplete=bool(gaps) or has_unset(data.get("spec") or {}))
     problems.extend(document_problems(rendered))
-    return (rendered if not problems else None), problems
+    return rendered, problems
 
 
 def _has_template(value: Any) -> bool:
@@ -270,12 +273,8 @@ def _build_policy(docs: list[Document], node: NodeInfo) -> tuple[Policy, tuple[U
         problems.extend(p)
         if r is not None:
             rendered.append(r)
-    if problems:
-        raise PolicyError(problems)
     problems.extend(conflicts(rendered, check_selectors=False))
-    if problems:
-        raise PolicyError(problems)
-    if not rendered:
+    if not rendered and not problems:
         raise PolicyError(
             [
                 Problem(
@@ -286,8 +285,19 @@ def _build_policy(docs: list[Document], node: NodeInfo) -> tuple[Policy, tuple[U
                 )
             ]
         )
-    merged = merge(rendered)
-    return compile_merged(merged, node), merged.unanchored
+    if not rendered:
+        raise PolicyError(problems)
+    # With problems already found, merging and compiling what is left finds the rest in this run
+    # (engine/config/refused.py); the checks are kept quiet about what was taken out of a document.
+    records = [r.withheld for r in rendered if r.withheld is not None]
+    try:
+        merged = merge(rendered)
+        policy = compile_merged(merged, node)
+    except PolicyError as exc:
+        raise PolicyError([*problems, *unhidden(exc.problems, records)] or exc.problems) from None
+    if problems:
+        raise PolicyError(problems)
+    return policy, merged.unanchored
 
 
 def compile_merged(merged: Merged, node: NodeInfo) -> Policy:
@@ -334,7 +344,7 @@ def label_variants(docs: list[Document], base: Mapping[str, str]) -> list[dict[s
         ):
             if isinstance(expr, dict) and isinstance(expr.get("key"), str):
                 vals = values.setdefault(expr["key"], {None})
-                vals.update(str(v) for v in expr.get("values") or [])
+                vals.update(_values(expr))
                 if expr.get("operator") in ("Exists", "NotIn", "Gt", "Lt"):
                     vals.add("qosd-validate-other")
     keys = sorted(values)
@@ -393,7 +403,7 @@ def _validate(
             rendered_all.append(r)
     if documents_only:  # what one document says alone: its shape (above) and its fact names
         for r in rendered_all:
-            problems.extend(unknown_fact_problems(r.data, r.doc.locate))
+            problems.extend(unknown_fact_problems(r.data, r.locate))
         return unique_problems(problems)
     if node is None:
         problems.extend(conflicts(rendered_all, check_selectors=True))
@@ -402,9 +412,7 @@ def _validate(
         problems.extend(
             conflicts([r for r in rendered_all if applies_to(r.doc, labels)], check_selectors=False)
         )
-    if problems:
-        return unique_problems(problems)
-    found: list[Problem] = []
+    found: list[Problem] = list(problems)  # each document's own, and the conflicts between them
     checked: set[Variant] = set()
     patches = _Patches(docs)
     for v in node_variants(docs, node):
@@ -537,6 +545,13 @@ def _selector_keys(doc: Document) -> list[str]:
     return [str(k) for k in keys]
 
 
+def _values(expr: Mapping[str, Any]) -> list[str]:
+    """A match expression's values; none when the schema refused them (validate still enumerates
+    node variants for the rest of the documents, and reports the selector where it is written)."""
+    values = expr.get("values")
+    return [str(v) for v in values] if isinstance(values, list) else []
+
+
 def _satisfying(doc: Document, base: Mapping[str, str]) -> dict[str, str]:
     """Labels of a node that ``doc``'s selector selects (the fallback when variants are too many)."""
     labels = dict(base)
@@ -546,10 +561,11 @@ def _satisfying(doc: Document, base: Mapping[str, str]) -> dict[str, str]:
     match = sel.get("matchLabels")
     if isinstance(match, dict):
         labels.update({str(k): str(v) for k, v in match.items()})
-    for expr in sel.get("matchExpressions") or []:
+    exprs = sel.get("matchExpressions")
+    for expr in exprs if isinstance(exprs, list) else ():
         if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
             continue
-        values = [str(v) for v in expr.get("values") or []]
+        values = _values(expr)
         op = expr.get("operator")
         if op == "In" and values:
             labels[expr["key"]] = values[0]

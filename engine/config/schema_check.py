@@ -153,22 +153,51 @@ def validation_problems(
         if partial is not None and _overlay_required(leaf):
             partial.append(leaf.json_path)
             continue
-        out.append(_to_problem(leaf, locate))
+        if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
+            out.extend(_to_problem(leaf, locate, key) for key in _extra_keys(leaf))  # each one
+        else:
+            out.append(_to_problem(leaf, locate))
+    return out
+
+
+def _extra_keys(err: ValidationError) -> list[str]:
+    allowed = (err.schema.get("properties") or {}) if isinstance(err.schema, dict) else {}
+    instance = err.instance if isinstance(err.instance, dict) else {}
+    return [str(k) for k in instance if k not in allowed] or ["?"]
+
+
+def refused_paths(data: Any, kind: str = "policy") -> list[JsonPath]:
+    """The values of ``data`` its schema refuses, as paths to take out so that the rest can still be
+    checked for meaning (engine/config/withheld.py): an unknown field or key itself, the mapping that
+    lacks a required field, else the value the deepest error is about. A partial entry (an overlay's
+    patch) is not refused, and neither is ``metadata``, which no semantic check reads."""
+    out: list[JsonPath] = []
+    for err in validator(kind).iter_errors(data):
+        leaf = _leaf_errors(err)
+        path: JsonPath = tuple(leaf.absolute_path)
+        if _overlay_required(leaf) or path[:1] == ("metadata",):
+            continue
+        if not path and leaf.validator == "required" and "'metadata'" in leaf.message:
+            continue
+        if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
+            out.extend((*path, key) for key in _extra_keys(leaf))
+        elif "propertyNames" in leaf.absolute_schema_path:
+            out.append((*path, str(leaf.instance)))
+        else:
+            out.append(path)
     return out
 
 
 _NUMBERISH = re.compile(r"^\s*[-+]?[0-9]+(\.[0-9]+)?\s*%?\s*$")
 
 
-def _to_problem(err: ValidationError, locate: Locator) -> Problem:
+def _to_problem(err: ValidationError, locate: Locator, key: str = "?") -> Problem:
     path: JsonPath = tuple(err.absolute_path)
     validator_kw = str(err.validator)
     schema = err.schema if isinstance(err.schema, dict) else {}
     instance = err.instance
     if validator_kw == "additionalProperties" and isinstance(instance, dict):
         allowed = sorted((schema.get("properties") or {}).keys())
-        extra = [k for k in instance if k not in allowed]
-        key = extra[0] if extra else "?"
         hint = did_you_mean(key, allowed) or (f"allowed fields here: {', '.join(allowed)}" if allowed else "")
         return Problem(locate((*path, key), True), f"unknown field {key!r}", hint)
     if validator_kw == "required":
@@ -177,16 +206,15 @@ def _to_problem(err: ValidationError, locate: Locator) -> Problem:
         return Problem(locate(path, True), f"missing required field {field!r}", _required_hint(path, field))
     if validator_kw == "type":
         want = schema.get("type")
-        wanted = " or ".join(want) if isinstance(want, list) else str(want)
+        wanted = [str(w) for w in want] if isinstance(want, list) else [str(want)]
         hint = ""
-        if isinstance(instance, str) and _NUMBERISH.match(instance) and wanted in ("number", "integer"):
+        if isinstance(instance, str) and _NUMBERISH.match(instance) and set(wanted) & {"number", "integer"}:
             number = instance.strip().rstrip("%")
             hint = f"write {number} without quotes: numbers, thresholds above all, are never strings"
-        elif wanted in ("number", "integer") and isinstance(instance, bool):
+        elif set(wanted) & {"number", "integer"} and isinstance(instance, bool):
             hint = "true/false is not a number"
-        return Problem(
-            locate(path, False), f"{short(instance)} is a {_kind(instance)}, expected {wanted}", hint
-        )
+        expected = " or ".join(_TYPE_NAMES.get(w, w) for w in wanted)
+        return Problem(locate(path, False), f"expected {expected}, got {describe_value(instance)}", hint)
     if validator_kw in ("enum", "const"):
         options = schema.get("enum") or [schema.get("const")]
         hint = did_you_mean(str(instance), [str(o) for o in options])
@@ -216,19 +244,98 @@ def _to_problem(err: ValidationError, locate: Locator) -> Problem:
                 "split them into separate list items",
             )
         return Problem(locate(path, False), "this mapping must not be empty")
-    if validator_kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems"):
-        return Problem(locate(path, False), f"{short(instance)}: {err.message.split(' ', 1)[1]}")
+    bound = _plain_message(err, schema)
+    if bound is not None:
+        return Problem(locate(path, False), bound)
     return Problem(locate(path, False), err.message)
 
 
-def _kind(value: Any) -> str:
-    return (
-        {str: "string", bool: "boolean", int: "integer", float: "number", list: "list", dict: "mapping"}.get(
-            type(value), type(value).__name__
+# What a JSON Schema type is called in a message: "expected an integer", never "a integer".
+_TYPE_NAMES = {
+    "string": "a string",
+    "number": "a number",
+    "integer": "an integer",
+    "boolean": "true or false",
+    "object": "a mapping",
+    "array": "a list",
+    "null": "nothing (null)",
+}
+
+
+def describe_value(value: Any) -> str:
+    """A value as the user wrote it, named by its kind: ``the string "5"``, ``the number 5``,
+    ``a list of 2 items``, so a type error says what was found and not only what was wanted."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"the string {short(value)}"
+    if isinstance(value, int | float):
+        return f"the number {short(value)}"
+    if isinstance(value, list):
+        return f"a list of {_items(len(value))}" if value else "an empty list"
+    if isinstance(value, dict):
+        return f"a mapping ({short(value)})" if value else "an empty mapping"
+    return short(value)
+
+
+def _items(n: int) -> str:
+    return f"{n} item{'s' if n != 1 else ''}"
+
+
+_NUMBER_BOUNDS = {
+    "minimum": "{value} is less than the minimum of {limit}",
+    "maximum": "{value} is greater than the maximum of {limit}",
+    "exclusiveMinimum": "{value} is less than or equal to the minimum of {limit} (it must be greater)",
+    "exclusiveMaximum": "{value} is greater than or equal to the maximum of {limit} (it must be less)",
+}
+
+
+def _plain_message(err: ValidationError, schema: dict[str, Any]) -> str | None:
+    """jsonschema says "[] should be non-empty" and "... is not valid under any of the given
+    schemas"; these say what the bound or the rule is and what was found, in the words of the rest
+    of qosd's messages (None: no better words than jsonschema's)."""
+    keyword, instance = str(err.validator), err.instance
+    limit: Any = err.validator_value
+    if keyword in _NUMBER_BOUNDS:
+        return _NUMBER_BOUNDS[keyword].format(value=short(instance), limit=limit)
+    if keyword == "minItems" and isinstance(instance, list):
+        got = f"it has {_items(len(instance))}" if instance else "it is empty"
+        return f"this list needs at least {_items(int(limit))}; {got}"
+    if keyword == "maxItems" and isinstance(instance, list):
+        return f"this list takes at most {_items(int(limit))}; it has {len(instance)}"
+    if keyword == "minLength" and isinstance(instance, str):
+        if limit == 1:
+            return "this string must not be empty"
+        return f"{short(instance)} is shorter than {limit} characters"
+    if keyword == "maxLength" and isinstance(instance, str):
+        return f"{short(instance)} is longer than {limit} characters ({len(instance)})"
+    if keyword == "uniqueItems" and isinstance(instance, list):
+        twice = next((v for i, v in enumerate(instance) if v in instance[:i]), None)
+        return f"{short(twice)} appears more than once in this list"
+    if keyword == "dependentRequired" and isinstance(instance, dict) and isinstance(limit, dict):
+        for key, needs in limit.items():
+            missing = [n for n in needs if key in instance and n not in instance]
+            if missing:
+                return f"{key!r} needs {' and '.join(map(repr, missing))} beside it"
+    if keyword == "format":
+        return f"{short(instance)} is not a valid {limit}"
+    if keyword == "multipleOf":
+        return f"{short(instance)} is not a multiple of {limit}"
+    what = f": {schema['description']}" if isinstance(schema.get("description"), str) else ""
+    if keyword in ("oneOf", "anyOf"):
+        several = keyword == "oneOf" and "is valid under each of" in err.message
+        return (
+            f"{short(instance)} matches more than one of the forms allowed here{what}"
+            if several
+            else f"{short(instance)} is none of the forms allowed here{what}"
         )
-        if value is not None
-        else "null"
-    )
+    if keyword == "not":
+        return f"{short(instance)} is not allowed here{what}"
+    if keyword == "false":
+        return "no value is allowed here"
+    return None
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:

@@ -56,13 +56,20 @@ def unit_problems(
     schema: Mapping[str, Any], data: Any, locate: Locator, root: Mapping[str, Any] | None = None
 ) -> list[Problem]:
     """A located problem for each quantity or duration of ``data`` that does not parse within bounds."""
-    problems: list[Problem] = []
+    return [problem for _, problem in unit_findings(schema, data, locate, root)]
+
+
+def unit_findings(
+    schema: Mapping[str, Any], data: Any, locate: Locator, root: Mapping[str, Any] | None = None
+) -> list[tuple[JsonPath, Problem]]:
+    """``unit_problems`` with the path of each value (or key) out of bounds, for taking it out."""
+    found: list[tuple[JsonPath, Problem]] = []
     for path, is_key, parse, value in unit_values(schema, data, root):
         try:
             parse(value)
         except UnitError as exc:
-            problems.append(Problem(locate(path, is_key), str(exc), _HINTS[parse]))
-    return problems
+            found.append((path, Problem(locate(path, is_key), str(exc), _HINTS[parse])))
+    return found
 
 
 _HINTS: Mapping[Parser, str] = {

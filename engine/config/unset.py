@@ -115,7 +115,14 @@ def path_problem(section: str, path: str) -> tuple[int, str, str] | None:
 
 def unset_problems(spec: Mapping[str, Any], locate: Callable[[JsonPath], Location]) -> list[Problem]:
     """Every ``unset`` path of a document's spec that names no field (located at the path)."""
-    out: list[Problem] = []
+    return [problem for _, problem in unset_findings(spec, locate)]
+
+
+def unset_findings(
+    spec: Mapping[str, Any], locate: Callable[[JsonPath], Location]
+) -> list[tuple[JsonPath, Problem]]:
+    """``unset_problems`` with the document path of each bad ``unset`` item, for taking it out."""
+    out: list[tuple[JsonPath, Problem]] = []
     for section in DEFINITIONS:
         value = spec.get(section)
         if isinstance(value, list):
@@ -130,7 +137,8 @@ def unset_problems(spec: Mapping[str, Any], locate: Callable[[JsonPath], Locatio
                 found = path_problem(section, str(path))
                 if found is not None:
                     _, message, hint = found
-                    out.append(Problem(locate(("spec", *base, UNSET, k)), message, hint))
+                    where: JsonPath = ("spec", *base, UNSET, k)
+                    out.append((where, Problem(locate(where), message, hint)))
     return out
 
 

@@ -10,7 +10,7 @@ cannot reach another's step or the engine's caches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -24,6 +24,7 @@ from engine.features.class_knobs.current import knob_key, read_current
 from engine.features.cpu_burst.limiter import Bucket
 from engine.features.eviction.strategy import Round
 from engine.features.pools.strategy import PoolPlan
+from engine.features.reclaim.priority import HighPriority
 from engine.features.reclaim.report import ReportHistory
 from engine.features.reclaim.strategy import NOTHING_PUBLISHED, Published
 from engine.features.rules.compiler import CompiledRule, observe
@@ -114,8 +115,8 @@ class Generation:
     reclaimed_classes: frozenset[str]
     numa_pressure_rules: frozenset[str]  # rules that read the NUMA watermark counter's facts
     system_pressure_rules: frozenset[str]  # rules that read the system memory pressure facts
-    # Whether a pod counts as high priority in the batch formulas (engine.features.reclaim.priority)
-    high_priority: Callable[[Workload], bool]
+    # Whether a pod counts as high priority in the batch formulas
+    high_priority: HighPriority
     pool_load_rules: frozenset[str] = frozenset()  # rules that read the shared-pool load facts
 
 

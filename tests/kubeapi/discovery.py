@@ -57,6 +57,16 @@ def _verbs(rt: ResourceType) -> list[str]:
     return list(_VERBS)
 
 
+def _names(rt: ResourceType) -> Json:
+    """The short names and categories a RESTMapper resolves (both discovery forms carry them)."""
+    out: Json = {}
+    if rt.short_names:
+        out["shortNames"] = list(rt.short_names)
+    if rt.categories:
+        out["categories"] = list(rt.categories)
+    return out
+
+
 def _subresources(rt: ResourceType) -> list[tuple[str, str, list[str]]]:
     """(name, response kind, verbs) of each subresource."""
     out = []
@@ -119,11 +129,8 @@ def api_resource_list(types: Iterable[ResourceType], group: str, version: str) -
             "namespaced": rt.namespaced,
             "kind": rt.kind,
             "verbs": _verbs(rt),
+            **_names(rt),
         }
-        if rt.short_names:
-            entry["shortNames"] = list(rt.short_names)
-        if rt.categories:
-            entry["categories"] = list(rt.categories)
         resources.append(entry)
         for sub, kind, verbs in _subresources(rt):
             resources.append(
@@ -151,11 +158,8 @@ def _discovery_resource(rt: ResourceType) -> Json:
         "scope": "Namespaced" if rt.namespaced else "Cluster",
         "singularResource": rt.singular,
         "verbs": _verbs(rt),
+        **_names(rt),
     }
-    if rt.short_names:
-        entry["shortNames"] = list(rt.short_names)
-    if rt.categories:
-        entry["categories"] = list(rt.categories)
     subs = []
     for sub, kind, verbs in _subresources(rt):
         group = "policy" if sub == "eviction" else rt.group

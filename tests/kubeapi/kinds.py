@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from tests.kubeapi import errors as E
+from tests.kubeapi import validation as V
 from tests.kubeapi.errors import FieldError
 from tests.kubeapi.patch import _METADATA, _POD
 from tests.kubeapi.registry import METADATA_FIELDS, ResourceType, Strategy
@@ -79,12 +82,73 @@ class BuiltinStrategy(Strategy):
         return []
 
 
+def validate_workload(obj: Json, rolling_path: tuple[str, ...]) -> list[FieldError]:
+    """ValidateDaemonSetSpec / ValidateDeploymentSpec, the parts a manifest gets wrong: a selector
+    that matches the template's labels, a valid pod template (containers with names and images,
+    restartPolicy Always), requests no larger than limits (ValidateResourceRequirements), and a
+    rolling update that can make progress (maxUnavailable and maxSurge not both 0)."""
+    spec = obj.get("spec") or {}
+    template = spec.get("template") or {}
+    errors = [replace(e, field=f"spec.template.{e.field}") for e in V.validate_pod(template)]
+    selector = spec.get("selector")
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    if not isinstance(selector, dict) or not (
+        selector.get("matchLabels") or selector.get("matchExpressions")
+    ):
+        errors.append(E.required("spec.selector", ""))
+    elif any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        errors.append(
+            E.invalid("spec.template.metadata.labels", labels, "`selector` does not match template `labels`")
+        )
+    pod_spec = template.get("spec") or {}
+    if pod_spec.get("restartPolicy", "Always") != "Always":
+        errors.append(
+            FieldError(
+                "NotSupported",
+                "spec.template.spec.restartPolicy",
+                'supported values: "Always"',
+                pod_spec["restartPolicy"],
+            )
+        )
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(pod_spec.get(key) or []):
+            resources = (c.get("resources") if isinstance(c, dict) else None) or {}
+            limits = resources.get("limits") or {}
+            for name, request in (resources.get("requests") or {}).items():
+                if name in limits and V.parse_quantity(request) > V.parse_quantity(limits[name]):
+                    errors.append(
+                        E.invalid(
+                            f"spec.template.spec.{key}[{i}].resources.requests",
+                            request,
+                            f"must be less than or equal to {name} limit of {limits[name]}",
+                        )
+                    )
+    rolling = spec
+    for key in rolling_path:
+        rolling = rolling.get(key) or {} if isinstance(rolling, dict) else {}
+    if isinstance(rolling, dict) and rolling:
+        path = "spec." + ".".join(rolling_path)
+        for key in ("maxUnavailable", "maxSurge"):
+            errors += V.int_or_percent_errors(f"{path}.{key}", rolling.get(key))
+        if rolling.get("maxUnavailable") in (0, "0%") and rolling.get("maxSurge") in (0, "0%", None):
+            errors.append(
+                E.invalid(
+                    f"{path}.maxUnavailable", rolling["maxUnavailable"], "may not be 0 when `maxSurge` is 0"
+                )
+            )
+    return errors
+
+
 class WorkloadStrategy(BuiltinStrategy):
     """DaemonSet and Deployment: pod template defaults plus the kind's own."""
 
-    def __init__(self, model: str, defaults: Json, status: Json) -> None:
+    def __init__(self, model: str, defaults: Json, status: Json, rolling_path: tuple[str, ...]) -> None:
         super().__init__(model, generation=True, always=("spec", "status"), status=status)
         self.defaults = defaults
+        self.rolling_path = rolling_path
+
+    def validate(self, obj: Json, old: Json | None, api_version: str) -> list[FieldError]:
+        return validate_workload(obj, self.rolling_path)
 
     def default(self, obj: Json) -> Json:
         spec = obj.get("spec")
@@ -94,7 +158,11 @@ class WorkloadStrategy(BuiltinStrategy):
                     current = spec.setdefault(key, {})
                     if isinstance(current, dict) and current.get("type", value["type"]) == value["type"]:
                         for k, v in value.items():
-                            current.setdefault(k, dict(v) if isinstance(v, dict) else v)
+                            if isinstance(v, dict) and isinstance(current.get(k), dict):
+                                for inner, default in v.items():  # rollingUpdate.maxSurge and the like
+                                    current[k].setdefault(inner, default)
+                            else:
+                                current.setdefault(k, dict(v) if isinstance(v, dict) else v)
                 else:
                     spec.setdefault(key, value)
             template = spec.get("template")
@@ -216,7 +284,10 @@ def install_kinds() -> list[ResourceType]:
             "DaemonSet",
             True,
             WorkloadStrategy(
-                "V1DaemonSet", {"updateStrategy": rolling, "revisionHistoryLimit": 10}, daemonset_status
+                "V1DaemonSet",
+                {"updateStrategy": rolling, "revisionHistoryLimit": 10},
+                daemonset_status,
+                ("updateStrategy", "rollingUpdate"),
             ),
             ("ds",),
             status=True,
@@ -237,6 +308,7 @@ def install_kinds() -> list[ResourceType]:
                     "progressDeadlineSeconds": 600,
                 },
                 {},
+                ("strategy", "rollingUpdate"),
             ),
             ("deploy",),
             status=True,
@@ -288,4 +360,33 @@ def install_kinds() -> list[ResourceType]:
             False,
             BuiltinStrategy("V1ValidatingAdmissionPolicyBinding", generation=True),
         ),
+    ]
+
+
+def bootstrap_objects() -> list[Json]:
+    """What kube-apiserver creates at start-up besides the namespaces: the two system
+    PriorityClasses (pkg/apis/scheduling SystemPriorityClasses), which a DaemonSet such as qosd's
+    names in priorityClassName."""
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+            "description": description,
+            "preemptionPolicy": "PreemptLowerPriority",
+        }
+        for name, value, description in (
+            (
+                "system-node-critical",
+                2000001000,
+                "Used for system critical pods that must not be moved from their current node.",
+            ),
+            (
+                "system-cluster-critical",
+                2000000000,
+                "Used for system critical pods that must run in the cluster, but can be moved to another node "
+                "if necessary.",
+            ),
+        )
     ]

@@ -577,6 +577,9 @@ class Registry:
         self.store = store
         self.schedule = schedule
         self.pod_termination_delay = 0.0
+        # Validating admission (tests/kubeapi/admission.py): called with (operation, rt, namespace, name,
+        # object, old object, dry_run, subresource) after validation, before the write; raises to refuse.
+        self.admit: Callable[..., None] | None = None
         # Called with (type, old, new) on each main-resource update before it is validated: the
         # managed-fields bookkeeping of non-apply writes (tests/kubeapi/apply.py).
         self.on_update: Callable[[ResourceType, Json, Json], None] | None = None
@@ -726,6 +729,8 @@ class Registry:
             meta["creationTimestamp"] = rfc3339(now())
             if rt.strategy.generation:
                 meta["generation"] = 1
+            if self.admit is not None:
+                self.admit("CREATE", rt, namespace, meta["name"], obj, None, dry_run, "")
             if dry_run:
                 meta["resourceVersion"] = ""
                 return obj
@@ -852,6 +857,9 @@ class Registry:
         errors += rt.strategy.validate(rt.to_storage(new), rt.to_storage(old), rt.api_version)
         if errors:
             raise E.invalid_object(rt.group, rt.kind, name, errors)
+        if self.admit is not None:
+            namespace = new["metadata"].get("namespace") or ""
+            self.admit("UPDATE", rt, namespace, name, new, old, dry_run, subresource)
         if new == old or dry_run:
             return new  # no-op: etcd is not written, resourceVersion does not move, no watch event
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
@@ -1043,6 +1051,10 @@ class Registry:
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             obj["metadata"]["namespace"] = namespace
+        else:
+            # rest.EnsureObjectNamespaceMatchesRequestNamespace clears it on a cluster-scoped kind
+            # (kustomize's `namespace:` sets it on kinds it does not know are cluster-scoped).
+            obj["metadata"].pop("namespace", None)
         mark = len(WARNINGS.get() or [])
         obj = rt.strategy.decode(obj)
         field_validation(mark)

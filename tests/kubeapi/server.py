@@ -34,9 +34,10 @@ import yaml
 
 from tests.kubeapi import apply, discovery, openapi, policy, table
 from tests.kubeapi import errors as E
+from tests.kubeapi.admission import REQUESTER, Admission
 from tests.kubeapi.crd import crd_type
 from tests.kubeapi.errors import ApiError
-from tests.kubeapi.kinds import install_kinds
+from tests.kubeapi.kinds import bootstrap_objects, install_kinds
 from tests.kubeapi.rbac import Identity, RequestInfo, authorize, parse_request
 from tests.kubeapi.registry import DeleteOptions, Registry, ResourceType, default_namespaces
 from tests.kubeapi.selectors import (
@@ -288,6 +289,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # small JSON responses: no 40 ms delayed-ACK stalls
     server: _HttpServer
+    # How a watch stream shows each event's object (a Table for kubectl get -w), None: as stored.
+    watch_view: Callable[[Json], Json] | None = None
 
     def setup(self) -> None:
         if isinstance(self.request, ssl.SSLSocket):
@@ -352,8 +355,12 @@ class ApiServer:
         for rt in install_kinds():
             self.registry.register(rt)
         self.registry.on_update = apply.track_update
+        self.admission = Admission(self.registry)  # webhooks and ValidatingAdmissionPolicies
+        self.registry.admit = self.admission.admit
         for ns in default_namespaces():
             self.store.write("namespaces", ADDED, ns)
+        for obj in bootstrap_objects():
+            self.registry.put(obj)
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -619,6 +626,7 @@ class ApiServer:
         manager = apply.FIELD_MANAGER.set(query.get("fieldManager") or "")
         try:
             req.identity = self._authenticate(handler)
+            REQUESTER.set(req.identity)  # the admission review's userInfo
             if FIELD_VALIDATION.get() not in FIELD_VALIDATION_MODES:
                 raise E.bad_request(
                     f"fieldValidation parameter unsupported: {FIELD_VALIDATION.get()!r} "
@@ -964,6 +972,15 @@ class ApiServer:
         stream = _Stream(handler, watcher)
         with self._streams_lock:
             self._streams.add(stream)
+        if table.wants_table(handler.headers.get("Accept") or ""):
+            # kubectl get -w: each event's object is a one-row Table (tests/kubeapi/table.py)
+            include = req.query.get("includeObject", "")
+
+            def as_table(obj: Json) -> Json:
+                meta = {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion", "")}
+                return table.to_table(rt, [obj], meta, include)
+
+            handler.watch_view = as_table
         try:
             self._start_stream(req)
             for obj in initial:
@@ -981,6 +998,7 @@ class ApiServer:
         except (BrokenPipeError, ConnectionResetError, OSError):
             handler.close_connection = True
         finally:
+            handler.watch_view = None
             self.store.unwatch(watcher)
             with self._streams_lock:
                 self._streams.discard(stream)
@@ -1043,6 +1061,9 @@ class ApiServer:
 
     @staticmethod
     def _send_event(handler: _Handler, event: Json) -> None:
+        view = handler.watch_view
+        if view is not None and event["type"] in (ADDED, MODIFIED, DELETED):
+            event = {**event, "object": view(event["object"])}
         data = encode_json(event) + b"\n"
         handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 

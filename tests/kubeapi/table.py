@@ -204,7 +204,25 @@ _NAME: Column = (
     "Name must be unique within a namespace.",
     lambda o: _get(o, "metadata", "name"),
 )
+
+
+def _count(name: str, description: str, status_field: str) -> Column:
+    """A counter from the object's status (0 when unset), as the printers show replica counts."""
+    return (name, "string", 0, description, lambda o: str(_get(o, "status", status_field) or 0))
+
+
 _AGE: Column = ("Age", "string", 0, "Time since the object was created.", _age)
+_BINDING: list[Column] = [
+    _NAME,
+    (
+        "Role",
+        "string",
+        0,
+        "The role bound.",
+        lambda o: f"{_get(o, 'roleRef', 'kind')}/{_get(o, 'roleRef', 'name')}",
+    ),
+    _AGE,
+]
 _BUILTIN: dict[tuple[str, str], list[Column]] = {
     ("", "Namespace"): [
         _NAME,
@@ -315,41 +333,11 @@ _BUILTIN: dict[tuple[str, str], list[Column]] = {
     ],
     ("apps", "DaemonSet"): [
         _NAME,
-        (
-            "Desired",
-            "string",
-            0,
-            "Nodes that should run the daemon pod.",
-            lambda o: str(_get(o, "status", "desiredNumberScheduled") or 0),
-        ),
-        (
-            "Current",
-            "string",
-            0,
-            "Nodes running the daemon pod.",
-            lambda o: str(_get(o, "status", "currentNumberScheduled") or 0),
-        ),
-        (
-            "Ready",
-            "string",
-            0,
-            "Nodes whose daemon pod is ready.",
-            lambda o: str(_get(o, "status", "numberReady") or 0),
-        ),
-        (
-            "Up-to-date",
-            "string",
-            0,
-            "Nodes running the updated pod.",
-            lambda o: str(_get(o, "status", "updatedNumberScheduled") or 0),
-        ),
-        (
-            "Available",
-            "string",
-            0,
-            "Nodes whose pod is available.",
-            lambda o: str(_get(o, "status", "numberAvailable") or 0),
-        ),
+        _count("Desired", "Nodes that should run the daemon pod.", "desiredNumberScheduled"),
+        _count("Current", "Nodes running the daemon pod.", "currentNumberScheduled"),
+        _count("Ready", "Nodes whose daemon pod is ready.", "numberReady"),
+        _count("Up-to-date", "Nodes running the updated pod.", "updatedNumberScheduled"),
+        _count("Available", "Nodes whose pod is available.", "numberAvailable"),
         (
             "Node Selector",
             "string",
@@ -368,44 +356,12 @@ _BUILTIN: dict[tuple[str, str], list[Column]] = {
             "Ready replicas / desired.",
             lambda o: f"{_get(o, 'status', 'readyReplicas') or 0}/{_get(o, 'spec', 'replicas') or 0}",
         ),
-        (
-            "Up-to-date",
-            "string",
-            0,
-            "Updated replicas.",
-            lambda o: str(_get(o, "status", "updatedReplicas") or 0),
-        ),
-        (
-            "Available",
-            "string",
-            0,
-            "Available replicas.",
-            lambda o: str(_get(o, "status", "availableReplicas") or 0),
-        ),
+        _count("Up-to-date", "Updated replicas.", "updatedReplicas"),
+        _count("Available", "Available replicas.", "availableReplicas"),
         _AGE,
     ],
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): [
-        _NAME,
-        (
-            "Role",
-            "string",
-            0,
-            "The role bound.",
-            lambda o: f"{_get(o, 'roleRef', 'kind')}/{_get(o, 'roleRef', 'name')}",
-        ),
-        _AGE,
-    ],
-    ("rbac.authorization.k8s.io", "RoleBinding"): [
-        _NAME,
-        (
-            "Role",
-            "string",
-            0,
-            "The role bound.",
-            lambda o: f"{_get(o, 'roleRef', 'kind')}/{_get(o, 'roleRef', 'name')}",
-        ),
-        _AGE,
-    ],
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _BINDING,
+    ("rbac.authorization.k8s.io", "RoleBinding"): _BINDING,
     ("coordination.k8s.io", "Lease"): [
         _NAME,
         ("Holder", "string", 0, "The holder.", lambda o: _get(o, "spec", "holderIdentity") or ""),

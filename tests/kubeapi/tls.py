@@ -56,60 +56,92 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def serving_cert(host: str) -> ServingCert:
-    """A fresh CA and a certificate for ``host`` (an IP address or a DNS name) signed by it, valid
-    from an hour ago (clock skew between the test and the client is irrelevant) for a day."""
+def _validity() -> tuple[datetime.datetime, datetime.datetime]:
+    """From an hour ago (clock skew between the test and the client is irrelevant) for a day."""
     now = datetime.datetime.now(datetime.UTC)
-    start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=1)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("kubeapi-emulator-ca")
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
+    return now - datetime.timedelta(hours=1), now + datetime.timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class CA:
+    """A throwaway certificate authority; ``issue`` signs server certificates with it."""
+
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+    @classmethod
+    def make(cls, common_name: str = "kubeapi-emulator-ca") -> CA:
+        key = ec.generate_private_key(ec.SECP256R1())
+        start, end = _validity()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name))
+            .issuer_name(_name(common_name))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(end)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(key, hashes.SHA256())
         )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [x509.DNSName("localhost")]
-    try:
-        names.append(x509.IPAddress(ipaddress.ip_address(host)))
-    except ValueError:
-        names.append(x509.DNSName(host))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("kube-apiserver"))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    return ServingCert(
-        ca.public_bytes(serialization.Encoding.PEM),
-        cert.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(
+        return cls(key, cert)
+
+    @property
+    def pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def bundle(self) -> str:
+        """Base64 of the PEM: a kubeconfig's ``certificate-authority-data``, a webhook's ``caBundle``."""
+        return base64.b64encode(self.pem).decode()
+
+    def issue(self, *names: str, common_name: str = "") -> tuple[bytes, bytes, int]:
+        """(certificate PEM, key PEM, serial number) of a server certificate for ``names`` (DNS
+        names or IP addresses), signed by this CA."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        sans: list[x509.GeneralName] = []
+        for n in names:
+            try:
+                sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+            except ValueError:
+                sans.append(x509.DNSName(n))
+        start, end = _validity()
+        serial = x509.random_serial_number()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name(common_name or names[0]))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(serial)
+            .not_valid_before(start)
+            .not_valid_after(end)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        pem_key = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
-    )
+        )
+        return cert.public_bytes(serialization.Encoding.PEM), pem_key, serial
+
+
+def serving_cert(host: str) -> ServingCert:
+    """A fresh CA and a certificate for ``host`` (an IP address or a DNS name) and ``localhost``
+    signed by it."""
+    ca = CA.make()
+    cert, key, _ = ca.issue("localhost", host, common_name="kube-apiserver")
+    return ServingCert(ca.pem, cert, key)

@@ -56,8 +56,8 @@ LEVELS = {
 def pod_uses(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[PodUse]:
     """Each active pod's request and usage and whether it is high priority (the generation's
     decision: spec.reclaim.priorityOverrides, else not in a reclaimed class), then the pod metrics
-    that belong to no active pod (Koordinator's dangling pods: HP unless the pod is known and not
-    HP)."""
+    that belong to no active pod (Koordinator's dangling pods: judged as their pod when it is
+    known, else by what the metric says of it, HP by default)."""
     usage_key, request_key = USE_FACTS[resource]
     high_priority = ctx.env.high_priority
     zones = ctx.env.policy.reclaim.zones
@@ -86,7 +86,8 @@ def pod_uses(ctx: ActionContext, resource: str, spec: ReclaimResource) -> list[P
         if uid in listed or usage is None:
             continue
         owner = known.get(uid)
-        out.append(PodUse(0.0, float(usage), owner is None or high_priority(owner), listed=False))
+        high = high_priority(owner) if owner is not None else high_priority.unlisted(uid, measured)
+        out.append(PodUse(0.0, float(usage), high, listed=False))
     return out
 
 

@@ -11,7 +11,8 @@ Compiled once per policy generation; a pod no override fits costs one (cached) c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from engine.config.policy import Policy
 from engine.evaluate.classify import Classifier, match_any
@@ -31,3 +32,17 @@ class HighPriority:
             if test(w):
                 return high
         return self.classifier.classify(w).class_name not in self.reclaimed
+
+    def unlisted(self, uid: str, facts: Mapping[str, Any]) -> bool:
+        """A pod metric whose pod is in no list (Koordinator's dangling pod): only what the metric
+        says of its pod (``priority``, ``name``, ``namespace``) can be judged, by the overrides. None
+        fitting, it is HP: Koordinator counts it unless its priority class is batch or free, and a
+        class cannot be told from a metric."""
+        priority = facts.get("priority")
+        pod = Workload(
+            uid=uid,
+            name=str(facts.get("name") or uid),
+            namespace=str(facts.get("namespace") or ""),
+            priority=int(priority) if isinstance(priority, int | float) else None,
+        )
+        return next((high for test, high in self.overrides if test(pod)), True)

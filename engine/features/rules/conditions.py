@@ -8,7 +8,7 @@ durable-rules backend) never see an unknown fact or a string where a number belo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -140,10 +140,13 @@ def _unknown_fact(name: str, where: Location, class_names: tuple[str, ...]) -> P
     )
 
 
-def unknown_fact_problems(document: Any, locate: Callable[[JsonPath], Location]) -> list[Problem]:
-    """Unknown fact names in the conditions of one document of any shape (a document the schema
-    refused: the compiler, which needs a valid shape, would find them only after the schema errors
-    are fixed, one more round trip for whoever is fixing the file)."""
+def unknown_fact_problems(
+    document: Any, locate: Callable[[JsonPath], Location], within: Sequence[JsonPath] | None = None
+) -> list[Problem]:
+    """Unknown fact names in the conditions of one document of any shape. With ``within``, only
+    names at or below those paths: the values the schema refused and engine/config/withheld.py took
+    out, which the compiler (it needs a valid shape) checks everything else of, so a fact typo in a
+    refused condition is reported with its schema error instead of after it is fixed."""
     spec = document.get("spec") if isinstance(document, dict) else None
     rules = spec.get("rules") if isinstance(spec, dict) else None
     classes = spec.get("classes") if isinstance(spec, dict) else None
@@ -152,6 +155,7 @@ def unknown_fact_problems(document: Any, locate: Callable[[JsonPath], Location])
         for c in (classes if isinstance(classes, list) else ())
         if isinstance(c, dict) and isinstance(c.get("name"), str)
     )
+    inside = None if within is None else set(within)
     problems: list[Problem] = []
     stack: list[tuple[Any, JsonPath]] = [
         (rule[key], ("spec", "rules", i, key))
@@ -170,7 +174,9 @@ def unknown_fact_problems(document: Any, locate: Callable[[JsonPath], Location])
             elif key == "not":
                 stack.append((value, (*path, key)))
             elif isinstance(key, str) and registry().resolve(key) is None:
-                problems.append(_unknown_fact(key, locate((*path, key)), names))
+                where = (*path, key)
+                if inside is None or any(where[:k] in inside for k in range(len(where) + 1)):
+                    problems.append(_unknown_fact(key, locate(where), names))
     return problems
 
 

@@ -300,3 +300,24 @@ def test_zone_values_pass_the_update_gate_like_resources() -> None:
         {"node-0": "8000", "node-1": "15000"},
     ]
     assert state.published.values["kubernetes.io/batch-cpu@node-0"] == 8.0
+
+
+@pytest.mark.parametrize(
+    ("metric", "expected"),
+    [
+        ({}, 17.0),  # no priority: HP, as Koordinator counts a dangling metric of no class
+        ({"priority": 9500}, 17.0),  # koord-prod
+        ({"priority": 7500}, 17.0),  # koord-mid
+        ({"priority": 5500}, 25.0),  # koord-batch: skipped
+        ({"priority": 3500}, 25.0),  # koord-free: skipped
+    ],
+)
+def test_a_pod_metric_without_a_pod_is_judged_by_its_priority(
+    metric: dict[str, Any], expected: float
+) -> None:
+    """ "calculate NUMA resources ... some pods not shown in list": a metric whose pod is in no
+    list counts as HP unless what it says of its pod (pod.priority) puts it in the batch or free
+    band. cpu: 100 - 35 - 7 - (33 + 8)."""
+    doc = facts({}, [])
+    doc["metrics"]["pods"]["gone"] = {**metric, "cpu": {"usage_cores": 8}}
+    assert published(doc)["cpu"] == expected
