@@ -379,9 +379,9 @@ class CountingObserve:
 def test_a_steady_daemon_rereads_each_managed_file_once_per_period_and_notices_a_change(
     tree: Subtree, tmp_path: Path
 ) -> None:
-    """At the default 1 s tick each managed file is re-read once every 10 ticks (OBSERVE_SECONDS),
+    """At the default 1 s tick each managed file is re-read once every OBSERVE_SECONDS ticks (30),
     the ticks in between write nothing, and a cpuset changed behind qosd's back is put back within
-    those 10 ticks."""
+    that many ticks."""
     d = daemon(tree, tmp_path)
     assert d.tick() is not None and d.tick() is not None
     observer = d.source.collector.observer  # type: ignore[attr-defined]
@@ -446,7 +446,7 @@ def test_only_a_write_that_landed_is_reported_as_observed_the_others_are_read_ag
         ("g/vanished", "cpu.shares"),
         ("g/unchanged", "cpu.shares"),
     ]
-    assert daemon_options(1.0).observe_every == 10 and daemon_options(0.05).observe_every == 200
+    assert daemon_options(1.0).observe_every == 30 and daemon_options(0.05).observe_every == 600
     assert daemon_options(1.0).memory_every == round(MEMORY_SECONDS)
     assert daemon_options(1.0).numa_every == round(NUMA_SECONDS / MEMORY_SECONDS) == 3
     assert daemon_options(60.0).numa_every == 1  # a tick longer than NUMA_SECONDS reads it every time

@@ -325,7 +325,11 @@ def test_an_eviction_blocked_by_a_pdb_is_retried_later_and_never_duplicated(
 
     wait_for("two rounds refused by the PDB", lambda: evictions(429) >= 2)
     assert evictions(201) == 0
-    assert q.metric("qosd_actions_total", action="evictPod", result="deferred") >= 2
+    # The server logs a 429 before the daemon has read it: wait for the daemon to count it.
+    wait_for(
+        "two deferred evictions counted",
+        lambda: q.metric("qosd_actions_total", action="evictPod", result="deferred") >= 2,
+    )
 
     budget = cluster.get("policy/v1", "PodDisruptionBudget", "batch", "default")
     assert budget is not None

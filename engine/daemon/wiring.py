@@ -43,7 +43,7 @@ from engine.tick import TickResult
 # that bound; Koordinator's executor trusts its own last write for 60 s (ResourceForceUpdateSeconds).
 # Per-cgroup memory.stat is re-read every MEMORY_SECONDS, a pod's memory.numa_stat (only for a
 # numaScoped evict) every NUMA_SECONDS; CPU counters and node files every tick.
-OBSERVE_SECONDS = 10.0
+OBSERVE_SECONDS = 30.0
 MEMORY_SECONDS = 10.0
 NUMA_SECONDS = 30.0
 REREAD_AFTER = frozenset({"failed", "vanished", "unchanged"})
