@@ -46,14 +46,20 @@ def _cgroup_value(file: str, value: str) -> str:
     return value
 
 
+def _published(quantity: str, name: str) -> str:
+    """A published quantity as sent (milli-cores or bytes), with its amount beside it."""
+    return f"{quantity} ({resource_amount(float(quantity), name)})" if quantity.isdigit() else quantity
+
+
 def _operation(op: Any) -> str:
     fields = {k: v for k, v in op.to_dict().items() if k != "kind" and v is not None}
     text = ", ".join(f"{k}={v}" for k, v in fields.items())
-    if isinstance(op, PublishNodeResource) and op.quantity is not None and op.quantity.isdigit():
-        text = text.replace(
-            f"quantity={op.quantity}",
-            f"quantity={op.quantity} ({resource_amount(float(op.quantity), op.name)})",
-        )
+    if isinstance(op, PublishNodeResource):
+        if op.quantity is not None and op.quantity.isdigit():
+            text = text.replace(f"quantity={op.quantity}", f"quantity={_published(op.quantity, op.name)}")
+        if op.zones:
+            zones = "; ".join(f"{zone} {_published(q, op.name)}" for zone, q in op.zones)
+            text = text[: text.index(", zones=")] + f", zones=[{zones}]"
     elif isinstance(op, WriteCgroup) and op.file in BYTE_FILES:
         text = text.replace(f"value={op.value}", f"value={_cgroup_value(op.file, op.value)}")
     return f"  {op.kind}: {text}"
