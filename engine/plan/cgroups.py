@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from engine.cgroups.files import burst_problem
 from engine.model.units import format_cpuset, parse_cpuset
 
 UNLIMITED = ("max", "-1")
@@ -103,3 +104,46 @@ def order_writes(desired: Sequence[Desired], observed: Mapping[str, Mapping[str,
             done.add(d)
     second = [d for d in sorted(changes, key=lambda d: (-depth[d], d.path, d.file)) if d not in done]
     return first + second
+
+
+QUOTAS = ("cpu.cfs_quota_us", "cpu.max")
+BURSTS = ("cpu.cfs_burst_us", "cpu.max.burst")
+
+
+def cfs_refusals(
+    changes: Sequence[Desired], observed: Mapping[str, Mapping[str, str]]
+) -> dict[tuple[str, str], str]:
+    """The quota and burst changes of a cgroup that the kernel would refuse together (sched/core.c: a
+    CFS burst above the quota), each with why. A burst computed by an expression, or a quota and a
+    burst from two rules, can only be judged here: every quota either planned or held now is
+    checked against every burst planned or held now, and all of the cgroup's changes to those files
+    are held, so the kernel never sees half of a pair it refuses."""
+    by_path: dict[str, list[Desired]] = {}
+    for d in changes:
+        if d.file in QUOTAS or d.file in BURSTS:
+            by_path.setdefault(d.path, []).append(d)
+    out: dict[tuple[str, str], str] = {}
+    for path, planned in by_path.items():
+        current = observed.get(path) or {}
+        quotas = [d.value for d in planned if d.file in QUOTAS] or [
+            current[f] for f in QUOTAS if f in current
+        ]
+        bursts = [d.value for d in planned if d.file in BURSTS] or [
+            current[f] for f in BURSTS if f in current
+        ]
+        bad = next(
+            (
+                problem
+                for q in quotas
+                for b in bursts
+                if (
+                    problem := burst_problem(
+                        {"cpu.cfs_quota_us": (q.split() or [""])[0], "cpu.cfs_burst_us": b}
+                    )
+                )
+            ),
+            None,
+        )
+        if bad is not None:
+            out.update(((d.path, d.file), bad) for d in planned)
+    return out

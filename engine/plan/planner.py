@@ -38,7 +38,7 @@ from engine.model.operations import (
     WriteCgroup,
     WriteSchemata,
 )
-from engine.plan.cgroups import Desired, order_writes
+from engine.plan.cgroups import Desired, cfs_refusals, order_writes
 
 
 @dataclass(frozen=True)
@@ -243,6 +243,12 @@ def _plan(
         if not isinstance(op, EmitEvent):
             acting.append(intent)
     ops.extend(_resctrl_ops(resctrl, observed_resctrl, held, acting))
+    refused = cfs_refusals(changes, observed) if changes else {}
+    if refused:
+        changes = [d for d in changes if (d.path, d.file) not in refused]
+        for intent in [i for i in acting if isinstance(i, CgroupIntent) and (i.path, i.file) in refused]:
+            acting.remove(intent)
+            held.append(Held(intent, f"refused, not written: {refused[intent.path, intent.file]}"))
     formula = policy.weight_formula or DEFAULT_WEIGHT_FORMULA
     for write in order_writes(changes, observed):
         rule = claimed[(write.path, write.file)]

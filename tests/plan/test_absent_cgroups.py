@@ -90,3 +90,27 @@ def test_absent_cgroups_round_trip_through_a_facts_snapshot() -> None:
     assert snap.absent_cgroups == frozenset({"kubepods/pod1/c1"})
     assert snapshot_to_dict(snap)["absentCgroups"] == ["kubepods/pod1/c1"]
     assert "absentCgroups" not in snapshot_to_dict(snapshot_from_dict({**doc, "absentCgroups": []}))
+
+
+def test_a_burst_above_the_quota_is_held_with_its_quota_not_half_written() -> None:
+    """Hypothesis found it (tests/test_validate_then_run_properties.py, a real v1 cgroup): a setCgroup
+    of cpu.max 50000 100000 beside a computed cfs_burst_us of 200000000 validated, and the kernel
+    refused the quota once the burst was in (EINVAL). The planner now holds every quota and burst
+    change of that cgroup, with the kernel's reason, so nothing is half-written."""
+    from engine.plan.cgroups import Desired, cfs_refusals
+
+    changes = [
+        Desired("a", "cpu.cfs_burst_us", "200000000"),
+        Desired("a", "cpu.cfs_quota_us", "-1"),
+        Desired("a", "cpu.max", "50000 100000"),
+        Desired("a", "cpu.shares", "2"),
+        Desired("b", "cpu.max", "50000 100000"),
+    ]
+    refused = cfs_refusals(changes, {"b": {"cpu.cfs_burst_us": "10000"}})
+    assert set(refused) == {("a", "cpu.cfs_burst_us"), ("a", "cpu.cfs_quota_us"), ("a", "cpu.max")}
+    assert "above the quota 50000" in refused["a", "cpu.max"]
+    # b's quota is above its observed burst; a quota below it is held, an unlimited one is not.
+    assert cfs_refusals(changes[4:], {"b": {"cpu.cfs_burst_us": "60000"}}) == {
+        ("b", "cpu.max"): refused["a", "cpu.max"].replace("200000000", "60000")
+    }
+    assert cfs_refusals([Desired("c", "cpu.cfs_quota_us", "-1")], {"c": {"cpu.cfs_burst_us": "9"}}) == {}
