@@ -261,7 +261,7 @@ class CgroupMetrics:
                 base, at = prev.cpu, prev.at
                 if counter is None or base is None or at is None or counter < base:
                     prev.cpu, prev.at, prev.rate = counter, now, None
-                elif now - at >= MIN_WINDOW_SECONDS > 0:
+                elif now - at >= MIN_WINDOW_SECONDS:  # a positive window: never a zero divisor
                     prev.rate = min((counter - base) / ((now - at) * 1e9), limit)
                     prev.cpu, prev.at = counter, now
                 if prev.rate is not None:
