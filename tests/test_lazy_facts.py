@@ -43,6 +43,7 @@ from tests.test_collectors import (
     v1_root,
     write,
 )
+from tests.test_numa_stat import GUARD_AND_NUMA_EVICT, V1_TWO_NODES, policy_of
 
 
 def collector(tmp_path: Path, cg: Path, clock: Clock, pin: bool = True, **options: Any) -> NodeCollector:
@@ -108,7 +109,7 @@ def mutate(cg: Path, rng: random.Random, names: list[str], counters: dict[str, i
     """One random change of the kind a live node sees between ticks."""
     name = rng.choice(names)
     base = f"qosd-demo/{name}"
-    kind = rng.choice(["cpu", "cpu", "memory", "no-stat", "stat-back", "garbled-counter"])
+    kind = rng.choice(["cpu", "cpu", "memory", "numa", "no-stat", "stat-back", "garbled-counter"])
     if kind == "cpu":
         counters[name] += rng.randrange(0, 2 * 10**9)
         write(cg, f"cpuacct/{base}/cpuacct.usage", f"{counters[name]}\n")
@@ -116,6 +117,11 @@ def mutate(cg: Path, rng: random.Random, names: list[str], counters: dict[str, i
         rss = rng.randrange(0, 1 << 32)
         write(cg, f"memory/{base}/memory.stat", with_total_rss(rss))
         write(cg, f"memory/{base}/memory.usage_in_bytes", f"{rng.randrange(0, 1 << 33)}\n")
+    elif kind == "numa":
+        n0, n1 = rng.randrange(0, 1000), rng.randrange(0, 1000)
+        write(
+            cg, f"memory/{base}/memory.numa_stat", V1_TWO_NODES.replace("N0=600 N1=700", f"N0={n0} N1={n1}")
+        )
     elif kind == "no-stat":
         (cg / f"memory/{base}/memory.stat").unlink(missing_ok=True)
     elif kind == "stat-back":
@@ -126,8 +132,14 @@ def mutate(cg: Path, rng: random.Random, names: list[str], counters: dict[str, i
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("memory_every", [1, 3])
-def test_lazy_maps_equal_the_eager_maps_tick_by_tick(tmp_path: Path, seed: int, memory_every: int) -> None:
+@pytest.mark.parametrize(
+    ("memory_every", "numa_every"),
+    [(1, 1), (3, 1), (3, 2)],
+    ids=["memory-every-tick", "memory-every-3", "numa-every-2"],
+)
+def test_lazy_maps_equal_the_eager_maps_tick_by_tick(
+    tmp_path: Path, seed: int, memory_every: int, numa_every: int
+) -> None:
     """Two collectors over one tree: the daemon's (batched reads, lazy maps) and one that also reads
     each cgroup's cpu.stat for throttling and its containers, which samples cgroup by cgroup and
     builds every map at once. After each tick's random change they hand the engine equal pods (but
@@ -139,13 +151,18 @@ def test_lazy_maps_equal_the_eager_maps_tick_by_tick(tmp_path: Path, seed: int, 
     for i, name in enumerate(names):
         counters[name] = 10**9 * i
         v1_cgroup(cg, f"qosd-demo/{name}", counters[name])
+        write(cg, f"memory/qosd-demo/{name}/memory.numa_stat", V1_TWO_NODES)
     clock = Clock()
-    lazy = collector(tmp_path, cg, clock, pin=False, memory_every=memory_every)
-    eager = collector(
-        tmp_path, cg, clock, pin=False, memory_every=memory_every, containers=True, throttling=True
-    )
+    opts = {"memory_every": memory_every, "numa_every": numa_every}
+    lazy = collector(tmp_path, cg, clock, pin=False, **opts)
+    eager = collector(tmp_path, cg, clock, pin=False, containers=True, throttling=True, **opts)
+    if numa_every > 1:  # a numaScoped evict: numa.<id>.memory_usage_bytes per pod
+        policy = policy_of(tmp_path, GUARD_AND_NUMA_EVICT)
+        lazy.use_policy(policy)  # type: ignore[arg-type]
+        eager.use_policy(policy)  # type: ignore[arg-type]
     lazy.prime()
     eager.prime()
+    numa_facts = 0
     for tick in range(25):
         clock.t += 1
         for _ in range(rng.randrange(0, 3)):
@@ -153,11 +170,13 @@ def test_lazy_maps_equal_the_eager_maps_tick_by_tick(tmp_path: Path, seed: int, 
         a, b = lazy.collect(), eager.collect()
         assert type(a.metrics.pods).__name__ == "PodFacts" and isinstance(b.metrics.pods, dict)
         assert plain(a) == plain(b, drop="cpu.throttled_ratio"), f"seed {seed}, tick {tick}"
+        numa_facts += sum("numa.1.memory_usage_bytes" in facts for facts in a.metrics.pods.values())
         present = set(plain(b, drop="cpu.throttled_ratio"))
         assert len(a.metrics.pods) == len(present) and set(a.metrics.pods) == present
         for uid in (*b.metrics.pods, "qosd-demo/absent"):
             assert (uid in a.metrics.pods) == (uid in present) == (a.metrics.pods.get(uid) is not None)
         assert a.metrics.node.get("cpu.system_usage_cores") == b.metrics.node.get("cpu.system_usage_cores")
+    assert (numa_facts > 0) == (numa_every > 1), "the NUMA facts were compared where the policy reads them"
 
 
 def test_a_vanished_cgroup_leaves_the_lazy_maps_as_it_left_the_eager_ones(tmp_path: Path) -> None:

@@ -487,16 +487,25 @@ class CgroupMetrics:
         return MemoryRead(stat, read(prev.files[3]), 1, numa)
 
     def _v1_memories(self, due: list[tuple[str, _Prev]], tick: int) -> None:
-        """The memory reads of the cgroups whose turn it is, two batched reads for all of them
-        (memory.stat, memory.usage_in_bytes) and memory.numa_stat on its own turn."""
+        """The memory reads of the cgroups whose turn it is: batched reads of memory.stat and
+        memory.usage_in_bytes for all of them, and of memory.numa_stat for those on its turn (see
+        ``_numa``; the same cadence)."""
         stats = read_unshared(self.reader, [prev.files[2] for _, prev in due])
         usages = read_unshared(self.reader, [prev.files[3] for _, prev in due])
-        numa = self.options.numa
+        read = [prev for (_, prev), stat in zip(due, stats, strict=True) if stat is not None]
+        if self.options.numa and read:
+            every = self.options.numa_every
+            turn = [p for p in read if p.numa is None or every <= 1 or p.reads % every == 0]
+            texts = read_unshared(self.reader, [p.files[4] for p in turn])
+            for prev, text in zip(turn, texts, strict=True):
+                prev.numa = NumaRead(text, 1, self.page_size)
+            for prev in read:
+                prev.reads += 1
         for (_, prev), stat, usage in zip(due, stats, usages, strict=True):
             if stat is None:
                 prev.memory = None
                 continue
-            prev.memory = MemoryRead(stat, usage, 1, self._numa(prev, prev.files[4], 1) if numa else None)
+            prev.memory = MemoryRead(stat, usage, 1, prev.numa)
             prev.memory_tick = tick
 
     def _numa(self, prev: _Prev, path: str, version: int) -> NumaRead:
