@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,10 +110,14 @@ def parse_stat(text: str) -> tuple[CpuTimes | None, dict[int, CpuTimes]]:
     return total, per_cpu
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
+def parse_meminfo(text: str, keys: Iterable[str] | None = None) -> dict[str, int]:
     """/proc/meminfo or ``nodeN/meminfo`` -> values; ``kB`` values in bytes, counts (HugePages_*) as is.
 
-    Node meminfo lines carry a "Node N " prefix, which is dropped."""
+    Node meminfo lines carry a "Node N " prefix, which is dropped. With ``keys``, only those lines
+    are looked up (``str.find``, no loop over the file's 50 lines): the collector reads two such
+    files every tick and wants a handful of values of each."""
+    if keys is not None:
+        return _meminfo_values(text, keys)
     out: dict[str, int] = {}
     for line in text.splitlines():
         key, sep, rest = line.partition(":")
@@ -130,6 +134,30 @@ def parse_meminfo(text: str) -> dict[str, int]:
             continue
         out[key] = value * 1024 if len(parts) > 1 and parts[1] == "kB" else value
     return out
+
+
+def _meminfo_values(text: str, keys: Iterable[str]) -> dict[str, int]:
+    """``parse_meminfo`` of the lines of ``keys`` only: a key counts where it starts a line or follows
+    the "Node N " prefix (so "Active(file)" is not found inside "Inactive(file)")."""
+    out: dict[str, int] = {}
+    for key in keys:
+        needle = key + ":"
+        i = text.find(needle)
+        while i > 0 and text[i - 1] not in "\n ":
+            i = text.find(needle, i + 1)
+        if i < 0:
+            continue
+        start = i + len(needle)
+        end = text.find("\n", start)
+        parts = (text[start:end] if end >= 0 else text[start:]).split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0]) * 1024 if len(parts) > 1 and parts[1] == "kB" else int(parts[0])
+    return out
+
+
+# The meminfo values the node and NUMA facts read (node_memory_facts, numa_memory_facts).
+NODE_MEMINFO = ("MemTotal", "MemFree", "MemAvailable", "AnonPages", "Cached", "Buffers")
+NUMA_MEMINFO = ("MemTotal", "MemFree", "Active(file)", "Inactive(file)", "SReclaimable")
 
 
 def parse_loadavg(text: str) -> tuple[float, float, float] | None:
@@ -362,7 +390,7 @@ class ProcSource:
     def _memory(self, topology: Topology, node: dict[str, Any], numa: dict[int, dict[str, Any]]) -> None:
         text = self.reader.read(f"{self.procfs}/meminfo")
         if text is not None:
-            node_memory_facts(parse_meminfo(text), node)
+            node_memory_facts(parse_meminfo(text, NODE_MEMINFO), node)
         scale = self.reader.read(f"{self.procfs}/sys/vm/watermark_scale_factor")
         if scale is not None and scale.strip().isdigit():
             node["memory.watermark_scale_factor"] = float(scale)
@@ -373,7 +401,7 @@ class ProcSource:
         normal = {z.node: z for z in zones if z.name == "Normal"}
         for nid, facts in numa.items():
             raw = self.reader.read(f"{self.node_dir}/node{nid}/meminfo")
-            info = parse_meminfo(raw) if raw is not None else {}
+            info = parse_meminfo(raw, NUMA_MEMINFO) if raw is not None else {}
             numa_memory_facts(info, normal.get(nid), topology.numa_memory.get(nid), facts)
 
 
