@@ -138,7 +138,7 @@ def parse_meminfo(text: str, keys: Iterable[str] | None = None) -> dict[str, int
 
 def _meminfo_values(text: str, keys: Iterable[str]) -> dict[str, int]:
     """``parse_meminfo`` of the lines of ``keys`` only: a key counts where it starts a line or follows
-    the "Node N " prefix (so "Active(file)" is not found inside "Inactive(file)")."""
+    the "Node N " prefix (so "Cached" is not found inside "SwapCached")."""
     out: dict[str, int] = {}
     for key in keys:
         needle = key + ":"
