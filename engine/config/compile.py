@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, overload
 
 from engine.cgroups.declared import NO_FILES, compile_files
-from engine.cgroups.files import VALUE_FORMATS, burst_problem, host_files, value_problem
+from engine.cgroups.files import VALUE_FORMATS, burst_problem, same_host_file, value_problem
 from engine.cgroups.paths import cgroup_path_problem
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath
@@ -575,7 +575,13 @@ def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, s
     bad = burst_problem(literals)
     if bad:
         c.add(path, bad, "the kernel refuses a burst above the quota; lower the burst or raise the quota")
-    _check_same_host_file(c, path, files)
+    for a, b, version, shared in same_host_file(files):
+        c.add(
+            path,
+            f"{a} and {b} both set {' and '.join(shared)} on cgroup v{version}: "
+            "one value would overwrite the other",
+            f"set only one of {a} and {b} (qosd writes either name on both versions)",
+        )
     weight = [f for f in ("cpu.shares", "cpu.weight") if f in files]
     if "cpu.idle" in files and literals.get("cpu.idle") != "0" and weight:
         c.add(
@@ -584,32 +590,6 @@ def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, s
             "an idle group's weight is pinned by the kernel",
             f"drop {weight[0]} (an idle group runs only when nothing else wants the CPU anyway)",
         )
-
-
-# Two names of one setCgroup that are not two writers of one file: on v2 the CFS quota and period
-# are written together as cpu.max, which is what asking for both means.
-_ONE_WRITE = frozenset({"cpu.cfs_quota_us", "cpu.cfs_period_us"})
-
-
-def _check_same_host_file(c: _Checker, path: JsonPath, files: set[str]) -> None:
-    """Two names of one setCgroup that hold the same host file on a cgroup version (cpu.shares and
-    cpu.weight, cpu.max and cpu.cfs_quota_us): one value would overwrite the other, and which one
-    depends on the node, so neither is what was asked."""
-    names = sorted(files)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            if {a, b} == _ONE_WRITE:
-                continue
-            for version in (1, 2):
-                shared = sorted(set(host_files(a, version)) & set(host_files(b, version)))
-                if shared:
-                    c.add(
-                        path,
-                        f"{a} and {b} both set {' and '.join(shared)} on cgroup v{version}: "
-                        "one value would overwrite the other",
-                        f"set only one of {a} and {b} (qosd writes either name on both versions)",
-                    )
-                    break
 
 
 __all__ = ["ORDER_OPS", "check_and_compile", "document_problems"]
