@@ -1,8 +1,12 @@
 """``qosd`` run as an operator runs it: a child process of the real command line, without the
-QOSD_DEBUG the test session sets (so an internal error is the one line an operator would see)."""
+QOSD_DEBUG the test session sets (so an internal error is the one line an operator would see); or,
+where the process is not what a test is about, the same command line in this interpreter."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import os
 import subprocess
 import sys
@@ -28,3 +32,32 @@ def qosd(
         check=False,
         env=child_env,
     )
+
+
+def qosd_in_process(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``engine.cli.main(argv)`` in this interpreter, run from ``cwd``, with its stdout and stderr
+    captured: the same command line, parsed and dispatched as ``qosd`` does, without a fresh
+    interpreter's start-up (about a second per command) and with the file caches warm. For tests of
+    what a command does (its exit code, its output), not of the process. QOSD_DEBUG stays set, so a
+    bug fails the test with its traceback instead of becoming exit 70."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(argv))
+            except SystemExit as exc:  # argparse's usage errors and --help
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["qosd", *argv], code, out.getvalue(), err.getvalue())
+
+
+@functools.cache
+def shipped_rule_tests(*options: str) -> subprocess.CompletedProcess[str]:
+    """``qosd test examples/`` (with ``options``, e.g. ``-o json``) from the repository root, as the
+    README shows it, run once per session: README.md and docs/parity.md show the line, and several
+    tests read its report (tests/test_ruletest.py, tests/test_ruletest_report.py, tests/test_docs.py).
+    The whole run takes seconds; its result does not depend on which test asks first."""
+    return qosd_in_process("test", "examples/", *options)
