@@ -125,7 +125,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("examples", "rules", "schemas", "tests"):
         (d / name).symlink_to(ROOT / name)
     # What a placeholder such as <eval-output.json> stands for: an evaluation of a shipped snapshot.
-    proc = qosd_in_process("eval", "--facts", "examples/snapshots/numa-watermark-pressure.yaml", "-o", "json", cwd=d)
+    facts = "examples/snapshots/numa-watermark-pressure.yaml"
+    proc = qosd_in_process("eval", "--facts", facts, "-o", "json", cwd=d)
     assert proc.returncode == 0, proc.stderr
     (d / "eval-output.json").write_text(proc.stdout)
     return d
