@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.cgroups.mounts import CgroupLayout
 from engine.model.units import int_or_none
-from engine.sources.files import Reader, read_unshared
+from engine.sources.files import Reader, read_ints, read_unshared
 from engine.sources.procfs import MIN_WINDOW_SECONDS, psi_facts, rate
 
 PSI_FILES = (("cpu", "cpu.pressure"), ("memory", "memory.pressure"), ("io", "io.pressure"))
@@ -179,6 +179,115 @@ def memory_facts(stat: Mapping[str, int], usage: int | None) -> dict[str, float]
     return out
 
 
+class NumaRead:
+    """One read of a cgroup's ``memory.numa_stat``, parsed on first use (see :class:`MemoryRead`)."""
+
+    __slots__ = ("_facts", "page_size", "text", "version")
+
+    def __init__(self, text: str | None, version: int, page_size: int) -> None:
+        self.text = text
+        self.version = version
+        self.page_size = page_size
+        self._facts: dict[str, float] | None = None
+
+    def facts(self) -> dict[str, float]:
+        """``numa.<id>.memory_usage_bytes`` facts of this read (empty when they cannot be computed)."""
+        facts = self._facts
+        if facts is None:
+            facts = self._facts = {}
+            numa_usage_facts(parse_numa_stat(self.text, self.version, self.page_size), facts)
+        return facts
+
+
+class MemoryRead:
+    """One read of a cgroup's memory files, kept as the kernel's text and parsed on first use.
+
+    The collector reads every cgroup's memory.stat on its turn, but most ticks no part of the
+    engine looks at a pod's memory (the reclaim report every 30 s, an eviction's ranking): parsing
+    50 files a tick that nobody reads was a fifth of the daemon's tick at 500 workloads. The text
+    is what the kernel said at the read, so the facts parsed later are the facts of that read; a
+    later read makes a new object and never changes this one, so a tick's facts stay as they were
+    for whoever kept them."""
+
+    __slots__ = ("_facts", "numa", "stat", "usage", "version")
+
+    def __init__(self, stat: str, usage: str | None, version: int, numa: NumaRead | None) -> None:
+        self.stat = stat
+        self.usage = usage
+        self.version = version
+        self.numa = numa
+        self._facts: dict[str, float] | None = None
+
+    def facts(self) -> dict[str, float]:
+        """The memory facts of this read (module docstring), numa.<id>.* included when read."""
+        facts = self._facts
+        if facts is None:
+            keys = _V1_STAT if self.version == 1 else _V2_STAT
+            facts = memory_facts(parse_stat_keys(self.stat, keys), int_or_none(self.usage))
+            if self.numa is not None:
+                facts.update(self.numa.facts())
+            self._facts = facts
+        return facts
+
+
+class CgroupSample(Mapping[str, Mapping[str, Any]]):
+    """One tick's facts per cgroup path, each built when first looked up.
+
+    Holds the tick's CPU rates and memory reads (immutable once made); a cgroup is present when it
+    has a fact, as in a plain dict of non-empty fact maps. Built fact maps are kept, so two lookups
+    of one cgroup (a pod and its container sharing it) give the same map."""
+
+    __slots__ = ("_index", "_made", "_memory", "_rates")
+
+    def __init__(
+        self, index: Mapping[str, int], rates: list[float | None], memory: list[MemoryRead | None]
+    ) -> None:
+        self._index = index
+        self._rates = rates
+        self._memory = memory
+        self._made: dict[str, dict[str, Any]] = {}
+
+    def _build(self, path: str) -> dict[str, Any] | None:
+        made = self._made.get(path)
+        if made is not None:
+            return made
+        i = self._index.get(path)
+        if i is None:
+            return None
+        memory, rate = self._memory[i], self._rates[i]
+        facts: dict[str, Any] = dict(memory.facts()) if memory is not None else {}
+        if rate is not None:
+            facts["cpu.usage_cores"] = rate
+        if not facts:
+            return None
+        self._made[path] = facts
+        return facts
+
+    def __getitem__(self, path: str) -> Mapping[str, Any]:
+        facts = self._build(path)
+        if facts is None:
+            raise KeyError(path)
+        return facts
+
+    def get(self, path: str, default: Any = None) -> Any:
+        facts = self._build(path)
+        return default if facts is None else facts
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and self._build(path) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (path for path in self._index if self._build(path) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def usage_cores(self, path: str) -> float | None:
+        """The cgroup's CPU usage this tick, without building its fact map."""
+        i = self._index.get(path)
+        return None if i is None else self._rates[i]
+
+
 @dataclass(frozen=True)
 class CgroupOptions:
     """What to read per cgroup beyond CPU and memory usage."""
@@ -190,14 +299,17 @@ class CgroupOptions:
     numa_every: int = 1  # with ``numa``: memory.numa_stat on every Nth memory read of a cgroup
 
 
-Sampled = tuple[bool, dict[str, float] | None]  # (the cgroup answered, memory facts read now)
+Sampled = tuple[bool, MemoryRead | None]  # (the cgroup answered, memory read now)
 
 
 class _Prev:
-    """Per cgroup: the previous counters, the last memory facts, its file names and its memory
+    """Per cgroup: the previous counters, the last memory read, its file names and its memory
     phase (built once)."""
 
-    __slots__ = ("at", "cpu", "files", "memory", "numa", "periods", "phase", "rate", "reads", "throttled")
+    __slots__ = (
+        "at", "cpu", "files", "memory", "memory_tick", "numa",
+        "periods", "phase", "rate", "reads", "throttled",
+    )  # fmt: skip
 
     def __init__(self, files: tuple[str, ...], phase: int) -> None:
         self.files = files
@@ -207,8 +319,9 @@ class _Prev:
         self.rate: float | None = None  # the last rate, reported until a full window passed
         self.periods: int | None = None
         self.throttled: int | None = None
-        self.memory: dict[str, float] | None = None
-        self.numa: dict[str, float] | None = None  # the last numa.<id>.memory_usage_bytes facts
+        self.memory: MemoryRead | None = None
+        self.memory_tick = -1  # the tick of the last memory read that succeeded
+        self.numa: NumaRead | None = None  # the last memory.numa_stat read
         self.reads = 0  # memory reads so far: memory.numa_stat is read on every numa_every-th
 
 
@@ -230,32 +343,34 @@ class CgroupMetrics:
         self.options = options
         self.page_size = page_size or os.sysconf("SC_PAGE_SIZE")
         self._prev: dict[str, _Prev] = {}
-        self._batch: tuple[Sequence[str], list[tuple[str, _Prev]], list[str]] | None = None
+        self._batch: tuple[Sequence[str], list[tuple[str, _Prev]], list[str], dict[str, int]] | None = None
 
     def sample(
         self, paths: Sequence[str], now: float, tick: int, capacity: float | None = None
-    ) -> dict[str, dict[str, Any]]:
+    ) -> Mapping[str, Mapping[str, Any]]:
         """Facts per cgroup path at monotonic time ``now`` (``tick`` counts collections); CPU usage
         is at most ``capacity`` cores (the node's CPUs).
 
         Between staggered reads a cgroup's last memory facts stand; it has none once it is gone (its
         CPU counter is unreadable) or its memory files are, so a vanished workload never carries
         stale memory."""
-        out: dict[str, dict[str, Any]] = {}
         every = self.options.memory_every
-        cgroups, counter_files = self._batch_of(paths)
+        cgroups, counter_files, index = self._batch_of(paths)
         if self.fs.version == 1 and not self.options.throttling:
-            # The common case, one counter file per cgroup: every counter is read in one batch.
-            counters = _ints(read_unshared(self.reader, counter_files))
+            # The common case, one counter file per cgroup: every counter is read in one batch, the
+            # memory files of the cgroups whose turn it is in another, and the fact maps are built
+            # when someone looks (CgroupSample).
+            counters = read_ints(self.reader, counter_files)
+            due = [
+                c for c in cgroups if every <= 1 or c[1].memory is None or (tick + c[1].phase) % every == 0
+            ]
+            if due:
+                self._v1_memories(due, tick)
             limit = capacity if capacity is not None else float("inf")
-            for (path, prev), counter in zip(cgroups, counters, strict=True):
-                due = every <= 1 or prev.memory is None or (tick + prev.phase) % every == 0
-                memory = self._v1_memory(prev) if due else None
-                if memory is not None:
-                    prev.memory = memory
-                elif due or counter is None:
-                    prev.memory = None
-                facts: dict[str, Any] = prev.memory.copy() if prev.memory else {}
+            rates: list[float | None] = []
+            for (_, prev), counter in zip(cgroups, counters, strict=True):
+                if counter is None and prev.memory_tick != tick:
+                    prev.memory = None  # gone: no stale memory
                 # _cpu_rate with per_second 1e9, inlined: two calls per cgroup per tick were a tenth
                 # of the daemon's tick at 500 cgroups (tests/test_collectors.py holds both equal).
                 base, at = prev.cpu, prev.at
@@ -264,43 +379,41 @@ class CgroupMetrics:
                 elif now - at >= MIN_WINDOW_SECONDS:  # a positive window: never a zero divisor
                     prev.rate = min((counter - base) / ((now - at) * 1e9), limit)
                     prev.cpu, prev.at = counter, now
-                if prev.rate is not None:
-                    facts["cpu.usage_cores"] = prev.rate
-                if facts:
-                    out[path] = facts
-        else:
-            v2 = self.fs.version == 2
-            for path, prev in cgroups:
-                due = every <= 1 or prev.memory is None or (tick + prev.phase) % every == 0
-                facts = {}
-                sample_one = self._v2 if v2 else self._v1
-                alive, memory = sample_one(prev, now, facts, due, capacity)
-                if memory is not None:
-                    prev.memory = memory
-                    facts.update(memory)
-                elif due or not alive:
-                    prev.memory = None
-                elif prev.memory:
-                    facts.update(prev.memory)
-                if facts:
-                    out[path] = facts
+                rates.append(prev.rate)
+            return CgroupSample(index, rates, [prev.memory for _, prev in cgroups])
+        out: dict[str, dict[str, Any]] = {}
+        v2 = self.fs.version == 2
+        for path, prev in cgroups:
+            memory_due = every <= 1 or prev.memory is None or (tick + prev.phase) % every == 0
+            facts: dict[str, Any] = {}
+            sample_one = self._v2 if v2 else self._v1
+            alive, memory = sample_one(prev, now, facts, memory_due, capacity)
+            if memory is not None:
+                prev.memory = memory
+                facts.update(memory.facts())
+            elif memory_due or not alive:
+                prev.memory = None
+            elif prev.memory is not None:
+                facts.update(prev.memory.facts())
+            if facts:
+                out[path] = facts
         return out
 
-    def _batch_of(self, paths: Sequence[str]) -> tuple[list[tuple[str, _Prev]], list[str]]:
-        """The distinct cgroups of ``paths`` with their state, and their CPU counter files; kept
-        while the caller passes the same tuple (the collector does while workloads are unchanged;
-        a list could have changed in place)."""
+    def _batch_of(self, paths: Sequence[str]) -> tuple[list[tuple[str, _Prev]], list[str], dict[str, int]]:
+        """The distinct cgroups of ``paths`` with their state, their CPU counter files and each
+        path's position; kept while the caller passes the same tuple (the collector does while
+        workloads are unchanged; a list could have changed in place)."""
         batch = self._batch
         if batch is not None and batch[0] is paths and isinstance(paths, tuple):
-            return batch[1], batch[2]
+            return batch[1], batch[2], batch[3]
         known = self._prev
         every = self.options.memory_every
         cgroups: list[tuple[str, _Prev]] = []
-        listed: set[str] = set()
+        index: dict[str, int] = {}
         for path in paths:
-            if path in listed:
+            if path in index:
                 continue  # listed twice (a pod and its container sharing one cgroup)
-            listed.add(path)
+            index[path] = len(cgroups)
             prev = known.get(path)
             if prev is None:
                 phase = zlib.crc32(path.encode()) % every if every > 1 else 0
@@ -308,13 +421,13 @@ class CgroupMetrics:
             cgroups.append((path, prev))
         if len(known) > len(cgroups):  # forget cgroups no longer sampled, and their open files
             forget = getattr(self.reader, "forget", None)
-            for path in [p for p in known if p not in listed]:
+            for path in [p for p in known if p not in index]:
                 if forget is not None:
                     forget(known[path].files)
                 del known[path]
         files = [prev.files[0] for _, prev in cgroups]
-        self._batch = (paths, cgroups, files)
-        return cgroups, files
+        self._batch = (paths, cgroups, files, index)
+        return cgroups, files, index
 
     def _files(self, path: str) -> tuple[str, ...]:
         fs = self.fs
@@ -351,7 +464,7 @@ class CgroupMetrics:
         self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool, capacity: float | None
     ) -> Sampled:
         """CPU (and throttling) into ``facts``; whether the CPU counter was readable, and the memory
-        facts when due and readable."""
+        read when due and readable."""
         read = self.reader.read
         usage_file, cpu_stat_file = prev.files[:2]
         counter = int_or_none(read(usage_file))
@@ -365,29 +478,48 @@ class CgroupMetrics:
         memory = self._v1_memory(prev) if memory_due else None
         return counter is not None or memory is not None, memory
 
-    def _v1_memory(self, prev: _Prev) -> dict[str, float] | None:
+    def _v1_memory(self, prev: _Prev) -> MemoryRead | None:
         read = self.reader.read
         stat = read(prev.files[2])
         if stat is None:
             return None
-        facts = memory_facts(parse_stat_keys(stat, _V1_STAT), int_or_none(read(prev.files[3])))
-        if self.options.numa:
-            self._numa(prev, prev.files[4], 1, facts)
-        return facts
+        numa = self._numa(prev, prev.files[4], 1) if self.options.numa else None
+        return MemoryRead(stat, read(prev.files[3]), 1, numa)
 
-    def _numa(self, prev: _Prev, path: str, version: int, facts: dict[str, float]) -> None:
-        """The cgroup's NUMA facts into ``facts``: read on the first memory read and every
-        ``numa_every``-th after it, the last ones carried in between. Where a pod's pages sit moves
-        only when they are allocated, reclaimed or migrated, and only victim selection reads it (the
-        NUMA trigger reads the node's own files every tick), so the daemon reads it less often than
-        memory.stat: the file is one more kernel walk per cgroup, the most expensive of its turn."""
+    def _v1_memories(self, due: list[tuple[str, _Prev]], tick: int) -> None:
+        """The memory reads of the cgroups whose turn it is: batched reads of memory.stat and
+        memory.usage_in_bytes for all of them, and of memory.numa_stat for those on its turn (see
+        ``_numa``; the same cadence)."""
+        stats = read_unshared(self.reader, [prev.files[2] for _, prev in due])
+        usages = read_unshared(self.reader, [prev.files[3] for _, prev in due])
+        read = [prev for (_, prev), stat in zip(due, stats, strict=True) if stat is not None]
+        if self.options.numa and read:
+            every = self.options.numa_every
+            turn = [p for p in read if p.numa is None or every <= 1 or p.reads % every == 0]
+            texts = read_unshared(self.reader, [p.files[4] for p in turn])
+            for prev, text in zip(turn, texts, strict=True):
+                prev.numa = NumaRead(text, 1, self.page_size)
+            for prev in read:
+                prev.reads += 1
+        for (_, prev), stat, usage in zip(due, stats, usages, strict=True):
+            if stat is None:
+                prev.memory = None
+                continue
+            prev.memory = MemoryRead(stat, usage, 1, prev.numa)
+            prev.memory_tick = tick
+
+    def _numa(self, prev: _Prev, path: str, version: int) -> NumaRead:
+        """The cgroup's NUMA read: made on the first memory read and every ``numa_every``-th after
+        it, the last one carried in between. Where a pod's pages sit moves only when they are
+        allocated, reclaimed or migrated, and only victim selection reads it (the NUMA trigger reads
+        the node's own files every tick), so the daemon reads it less often than memory.stat: the
+        file is one more kernel walk per cgroup, the most expensive of its turn."""
         every = self.options.numa_every
-        if prev.numa is None or every <= 1 or prev.reads % every == 0:
-            numa: dict[str, float] = {}
-            numa_usage_facts(parse_numa_stat(self.reader.read(path), version, self.page_size), numa)
-            prev.numa = numa
+        numa = prev.numa
+        if numa is None or every <= 1 or prev.reads % every == 0:
+            numa = prev.numa = NumaRead(self.reader.read(path), version, self.page_size)
         prev.reads += 1
-        facts.update(prev.numa)
+        return numa
 
     def _v2(
         self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool, capacity: float | None
@@ -406,17 +538,6 @@ class CgroupMetrics:
         if memory_due:
             mem_stat = read(stat_file)
             if mem_stat is not None:
-                current = int_or_none(read(current_file))
-                memory = memory_facts(parse_stat_keys(mem_stat, _V2_STAT), current)
-                if self.options.numa:
-                    self._numa(prev, numa_file, 2, memory)
-                return True, memory
+                numa = self._numa(prev, numa_file, 2) if self.options.numa else None
+                return True, MemoryRead(mem_stat, read(current_file), 2, numa)
         return text is not None, None
-
-
-def _ints(texts: list[str | None]) -> list[int | None]:
-    """Integers of one-integer files; C-level ``map`` when every file was read and well formed."""
-    try:
-        return list(map(int, texts))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return [int_or_none(t) for t in texts]

