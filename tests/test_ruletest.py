@@ -21,6 +21,7 @@ from engine.evaluate.state import EngineState
 from engine.explain.reader import evaluation_validator
 from engine.model.facts import snapshot_from_dict
 from engine.plan.planner import Guards
+from engine.ruletest import runner
 from engine.ruletest.match import resolve, value_matches
 from engine.ruletest.model import merge_patch
 from engine.ruletest.options import main
@@ -394,6 +395,45 @@ def test_policy_labels_and_paths_select_an_overlay(
     )
     code, out, _ = run(capsys, str(path))
     assert code == 0, out
+
+
+def test_cases_with_the_same_documents_and_node_share_one_policy_build(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy is built once per run for each distinct (documents, node) (engine/ruletest/runner.py
+    Policies): two cases on the same facts share one; a case whose labels change the node gets its
+    own, and so its own threshold."""
+    overlay = ROOT / "rules" / "examples" / "tighten-be-memory.yaml"
+    path = suite(
+        tmp_path,
+        f"""
+        policy:
+          paths: [{overlay}]
+          labels: {{node.example.com/pool: memory-heavy}}
+        cases:
+          - name: threshold 60
+            facts: FACTS
+            expect: {{intents: [{{conditions: [{{threshold: 60}}]}}]}}
+          - name: threshold 60 again
+            facts: FACTS
+            expect: {{intents: [{{conditions: [{{threshold: 60}}]}}]}}
+          - name: another node
+            policy: {{labels: {{node.example.com/pool: other}}}}
+            facts: FACTS
+            expect: {{intents: [{{conditions: [{{threshold: 70}}]}}]}}
+        """,
+    )
+    built: list[str] = []
+    real = runner.build_policy
+
+    def counting(docs: Any, node: Any) -> Any:
+        built.append(node.labels.get("node.example.com/pool", ""))
+        return real(docs, node)
+
+    monkeypatch.setattr(runner, "build_policy", counting)
+    code, out, _ = run(capsys, str(path))
+    assert code == 0, out
+    assert built == ["memory-heavy", "other"]
 
 
 # ---------------------------------------------------------------- xfail, selection, exit codes
