@@ -14,9 +14,10 @@ import pytest
 
 from engine.cli import main as cli_main
 from engine.config.pipeline import build_policy, load_documents
+from engine.config.policy import Policy
 from engine.evaluate.engine import Engine
 from engine.simulate.plot import clock_label, plot, rule_thresholds
-from engine.simulate.result import Options
+from engine.simulate.result import Options, Simulation
 from engine.simulate.run import simulate
 from engine.sources.trace import read_trace
 
@@ -73,12 +74,18 @@ def test_the_shipped_day_timeline_is_changes_and_the_summary_agrees(
     assert ev_total is not None and int(ev_total.group(1)) == evicted == 3
 
 
-def test_counts_agree_in_the_simulation_document() -> None:
+@pytest.fixture(scope="module")
+def shipped_day() -> tuple[Policy, Simulation]:
+    """The shipped day on the built-in policy, simulated once for the tests below that read it."""
+    trace = read_trace(DAY)
+    policy = build_policy(load_documents([]), trace.base.node)
+    return policy, simulate(trace, Engine(policy), Options())
+
+
+def test_counts_agree_in_the_simulation_document(shipped_day: tuple[Policy, Simulation]) -> None:
     """The same agreement in the data: each rule's fired edges are its episodes, each performed
     stretch's operations sum to the rule's count of non-eviction operations."""
-    trace = read_trace(DAY)
-    engine = Engine(build_policy(load_documents([]), trace.base.node))
-    sim = simulate(trace, engine, Options())
+    _, sim = shipped_day
     rules = sim.summary["rules"]
     for rule, counts in rules.items():
         edges = [e for e in sim.events if e.rule == rule and e.kind == "fired"]
@@ -115,18 +122,18 @@ def test_admit_evict_admit_again_is_a_summary_line(
     assert loops is not None and loops.group(1).startswith(("none", "2 batch pod(s)"))
 
 
-def test_the_plot_draws_each_rules_threshold_on_clock_time(tmp_path: Path) -> None:
+def test_the_plot_draws_each_rules_threshold_on_clock_time(
+    tmp_path: Path, shipped_day: tuple[Policy, Simulation]
+) -> None:
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the qosd[plot] extra)")
-    trace = read_trace(DAY)
-    policy = build_policy(load_documents([]), trace.base.node)
+    policy, sim = shipped_day
     lines = rule_thresholds(policy)
     assert ("be-memory-evict", "acts at node.memory.usage_percent >=", 70.0) in lines["memory"]
     assert ("be-cpu-suppress", "suppresses batch CPU above", 65.0) in lines["cpu"]
     assert clock_label(1699920000, 13.5 * 3600, False) == "13:30"  # the trace's start is 00:00 UTC
     assert clock_label(1699920000, 26 * 3600, True) == "11-15 02:00"
     # What the PNG holds: a line per rule threshold at its value, and clock times on the time axis.
-    engine = Engine(policy)
-    fig = plot(simulate(trace, engine, Options()), tmp_path / "day.png")
+    fig = plot(sim, tmp_path / "day.png")
     cpu, memory = fig.axes[0], fig.axes[1]
     labelled = {line.get_label(): line.get_ydata()[0] for ax in (cpu, memory) for line in ax.get_lines()}
     assert labelled["rule be-memory-evict: acts at node.memory.usage_percent >= 70%"] == 70.0
