@@ -55,9 +55,24 @@ def qosd_in_process(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess
 
 
 @functools.cache
+def repository_run(*argv: str) -> subprocess.CompletedProcess[str]:
+    """A command line that reads only the repository and writes nothing, run in this interpreter from
+    the repository root (where the README's commands run) once per session, for every test that
+    reads its result: its output does not depend on which test asks first."""
+    return qosd_in_process(*argv)
+
+
 def shipped_rule_tests(*options: str) -> subprocess.CompletedProcess[str]:
-    """``qosd test examples/`` (with ``options``, e.g. ``-o json``) from the repository root, as the
-    README shows it, run once per session: README.md and docs/parity.md show the line, and several
-    tests read its report (tests/test_ruletest.py, tests/test_ruletest_report.py, tests/test_docs.py).
-    The whole run takes seconds; its result does not depend on which test asks first."""
-    return qosd_in_process("test", "examples/", *options)
+    """``qosd test examples/`` (with ``options``, e.g. ``-o json``), as the README shows it: README.md
+    and docs/parity.md show the line, and several tests read its report (tests/test_ruletest.py,
+    tests/test_ruletest_report.py, tests/test_docs.py). The whole run takes seconds."""
+    return repository_run("test", "examples/", *options)
+
+
+SHIPPED_DAY = "examples/traces/tidal-day.yaml"
+
+
+def shipped_day_summary() -> subprocess.CompletedProcess[str]:
+    """``qosd simulate --trace examples/traces/tidal-day.yaml --no-timeline`` (README.md), shared by
+    tests/test_docs.py and tests/test_simulate_changes.py."""
+    return repository_run("simulate", "--trace", SHIPPED_DAY, "--no-timeline")

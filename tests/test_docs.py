@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from engine import cli
-from tests.qosdcli import qosd_in_process, shipped_rule_tests
+from tests.qosdcli import SHIPPED_DAY, qosd_in_process, shipped_day_summary, shipped_rule_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -31,9 +31,12 @@ NEEDS_THE_MACHINE = {"run", "demo"}
 NEEDS_A_NODE = (("trace", "record"),)
 # Exit codes a documented command gives by design: a --baseline comparison exits 3 when decisions differ.
 DOCUMENTED_EXIT = {"--baseline": 3}
-# Lines that read only the repository and write nothing, whose run several tests share: the same
+# Lines that read only the repository and write nothing, whose run other tests share: the same
 # command line from the repository root (README.md and docs/parity.md both show `qosd test examples/`).
-SHARED_RUNS = {("test", "examples/"): shipped_rule_tests}
+SHARED_RUNS = {
+    ("test", "examples/"): shipped_rule_tests,
+    ("simulate", "--trace", SHIPPED_DAY, "--no-timeline"): shipped_day_summary,
+}
 
 
 def _needs_machine(argv: list[str]) -> bool:

@@ -20,6 +20,7 @@ from engine.simulate.plot import clock_label, plot, rule_thresholds
 from engine.simulate.result import Options, Simulation
 from engine.simulate.run import simulate
 from engine.sources.trace import read_trace
+from tests.qosdcli import shipped_day_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = ROOT / "examples" / "traces" / "tidal-day.yaml"
@@ -116,8 +117,9 @@ def test_admit_evict_admit_again_is_a_summary_line(
     assert all("(admit, evict, admit again)" in d for d in admits)
     assert "the published amounts admit work the eviction rules then remove" in out
 
-    assert cli_main(["simulate", "--trace", str(DAY), "--no-timeline"]) == 0
-    day = capsys.readouterr().out
+    shared = shipped_day_summary()  # the README's line, which tests/test_docs.py runs too
+    assert shared.returncode == 0, shared.stderr
+    day = shared.stdout
     loops = re.search(r"evict/admit loops\s+(.*)", day)
     assert loops is not None and loops.group(1).startswith(("none", "2 batch pod(s)"))
 
