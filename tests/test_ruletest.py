@@ -372,8 +372,10 @@ def test_inline_facts_and_patch(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_policy_labels_and_paths_select_an_overlay(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each case gets the policy of its own documents and node; a run builds each distinct pair once
+    (engine/ruletest/runner.py Policies): the two cases on the labelled node share one build."""
     overlay = ROOT / "rules" / "examples" / "tighten-be-memory.yaml"
     path = suite(
         tmp_path,
@@ -386,41 +388,14 @@ def test_policy_labels_and_paths_select_an_overlay(
             facts: FACTS
             expect:
               intents: [{{conditions: [{{threshold: 60}}], release.formula: 68719476736 * (82 - 58) / 100}}]
+          - name: threshold 60 again
+            facts: FACTS
+            expect: {{intents: [{{conditions: [{{threshold: 60}}]}}]}}
           - name: without the label the bundled 70 applies
             policy: {{labels: {{node.example.com/pool: other}}}}
             facts: FACTS
             expect:
               intents: [{{conditions: [{{threshold: 70}}]}}]
-        """,
-    )
-    code, out, _ = run(capsys, str(path))
-    assert code == 0, out
-
-
-def test_cases_with_the_same_documents_and_node_share_one_policy_build(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A policy is built once per run for each distinct (documents, node) (engine/ruletest/runner.py
-    Policies): two cases on the same facts share one; a case whose labels change the node gets its
-    own, and so its own threshold."""
-    overlay = ROOT / "rules" / "examples" / "tighten-be-memory.yaml"
-    path = suite(
-        tmp_path,
-        f"""
-        policy:
-          paths: [{overlay}]
-          labels: {{node.example.com/pool: memory-heavy}}
-        cases:
-          - name: threshold 60
-            facts: FACTS
-            expect: {{intents: [{{conditions: [{{threshold: 60}}]}}]}}
-          - name: threshold 60 again
-            facts: FACTS
-            expect: {{intents: [{{conditions: [{{threshold: 60}}]}}]}}
-          - name: another node
-            policy: {{labels: {{node.example.com/pool: other}}}}
-            facts: FACTS
-            expect: {{intents: [{{conditions: [{{threshold: 70}}]}}]}}
         """,
     )
     built: list[str] = []
