@@ -152,7 +152,10 @@ def test_a_workloads_entry_outside_the_cgroup_root_is_located(tree: Subtree, tmp
         (["trace", "generate", "--numa", "0"], ["--numa", "out of range"]),
         (["trace", "generate", "--cpus", "4", "--numa", "8"], ["--cpus 4 --numa 8"]),
         (["trace", "generate", "--cpus", "3", "--numa", "2"], ["--cpus 3 --numa 2"]),
-        (["trace", "generate", "--output-file", "/definitely/not/here/t.yaml"], ["/definitely/not/here/t.yaml"]),
+        (
+            ["trace", "generate", "--output-file", "/definitely/not/here/t.yaml"],
+            ["/definitely/not/here/t.yaml"],
+        ),
         (["eval", "--facts", "x.yaml", "--eviction-burst", "-2"], ["--eviction-burst"]),
         (["simulate", "--trace", "x.yaml", "--eviction-burst", "x"], ["--eviction-burst"]),
         (["validate", "--output", "xml"], ["--output", "invalid choice"]),
@@ -167,17 +170,19 @@ def test_other_commands_flag_errors_are_one_line_and_exit_2(argv: list[str], nee
     [
         ('{"state":{"heldSince":[1]}}', ":1:23:", "$.state.heldSince"),
         ('{"state":\n  {"heldSince": {"r": "x"}}}', ":2:23:", "$.state.heldSince.r"),
-        ("[]", ":1:1:", "not of type 'object'"),
+        ("[]", ":1:1:", "$: expected a mapping, got an empty list"),
         ('{"state": {"heldSince": {\n  "r": 1,,', ":2:10:", "not JSON"),
         ('{"state": "\xff"}', ":1:12:", "not JSON"),
         # no position from the decoder: found by the fuzz harness
-        ("null", ":1:1:", "None is not of type 'object'"),
+        ("null", ":1:1:", "$: expected a mapping, got nothing (null)"),
         ('{"state": {"heldSince": {"r": NaN}}}', ":1:31:", "NaN"),
         ("[" * 2000 + "]" * 2000, ":1:65:", "nested too deeply"),
     ],
     ids=["schema", "schema-line-2", "root", "broken-json", "not-utf8", "null", "nan", "too-deep"],
 )
-def test_eval_with_a_state_that_is_not_one_is_a_located_error(tmp_path: Path, text: str, where: str, needle: str) -> None:
+def test_eval_with_a_state_that_is_not_one_is_a_located_error(
+    tmp_path: Path, text: str, where: str, needle: str
+) -> None:
     """Invalid input (exit 1), located at the broken JSON or the value the schema refuses."""
     state = tmp_path / "state.json"
     state.write_bytes(text.encode("latin-1"))

@@ -48,6 +48,8 @@ from engine.sources.collector import (
 from engine.sources.files import FileReader, TickReader
 from engine.sources.localnode import read_local_node
 from engine.sources.procfs import (
+    NODE_MEMINFO,
+    NUMA_MEMINFO,
     ProcSource,
     floor_percent,
     parse_loadavg,
@@ -696,6 +698,30 @@ def test_numa_memory_usage_follows_koordinators_numa_estimate(tmp_path: Path) ->
 def test_parse_meminfo_units_and_node_prefix() -> None:
     info = parse_meminfo("Node 1 MemTotal:       1048576 kB\nNode 1 HugePages_Total:     4\nbogus line\n")
     assert info == {"MemTotal": 1 << 30, "HugePages_Total": 4}
+
+
+NODE_LINES = (
+    "Node 0 MemTotal: 10 kB\nNode 0 Inactive(file): 3 kB\nNode 0 Active(file): 2 kB\nNode 0 MemFree: 1 kB\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        (MEMINFO, NODE_MEMINFO),
+        (MEMINFO, ("Cached", "SwapCached", "Active(file)", "Inactive(file)", "Absent")),
+        (NODE_LINES, NUMA_MEMINFO),
+        ("SwapCached: 5 kB\nCached: 4 kB", ("Cached",)),  # found inside another name first
+        ("MemTotal: x kB\nMemFree:\nMemAvailable: 7", ("MemTotal", "MemFree", "MemAvailable")),
+        ("", NODE_MEMINFO),
+    ],
+    ids=["node", "names-inside-others", "numa-node-prefix", "later-line", "malformed", "empty"],
+)
+def test_meminfo_keys_give_the_full_parse_of_those_keys(text: str, keys: tuple[str, ...]) -> None:
+    """The per-tick lookup of a few keys agrees with the full parse on every key asked: a name inside
+    another (Cached in SwapCached) is not taken for it."""
+    full = parse_meminfo(text)
+    assert parse_meminfo(text, keys) == {k: full[k] for k in keys if k in full}
 
 
 def test_zoneinfo_katalyst_fixture() -> None:

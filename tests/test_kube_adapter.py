@@ -167,6 +167,24 @@ def test_spam_filter_is_a_token_bucket_per_object() -> None:
     recorder.close()
 
 
+def test_a_policy_rejection_is_not_silenced_by_a_rule_that_used_up_the_nodes_event_budget() -> None:
+    """A policy emitting an Event about the Node every tick spends the Node's budget; the Warning
+    that qosd refused a new policy still goes out (its own budget), and only once more than 25 of
+    those came within the refill does the filter hold it."""
+    clock = FakeClock()
+    recorder = _offline_recorder(clock)
+    node = ObjectRef("v1", "Node", "node-1", "", "uid-node-1")
+    for i in range(30):
+        recorder.record(node, "Warning", "MemoryPressure", f"tick {i}")
+    assert recorder.throttled == 5
+    recorder.record(node, "Warning", "PolicyRejected", "qosd rejected a policy reload")
+    assert recorder.counts()["queued"] == 26 and recorder.throttled == 5
+    for i in range(25):
+        recorder.record(node, "Warning", "PolicyRejected", f"rejected again {i}")
+    assert recorder.throttled == 6
+    recorder.close()
+
+
 class _Untouchable:
     """An API stand-in that notes every method the code under test reaches for."""
 
@@ -458,7 +476,9 @@ def test_a_negative_grace_period_is_never_sent(kit: Kit) -> None:
         (None, 45, None),  # not named: the API applies the pod's own itself
     ],
 )
-def test_deletion_grace_resolves_the_pods_own(requested: int | None, own: int | None, sent: int | None) -> None:
+def test_deletion_grace_resolves_the_pods_own(
+    requested: int | None, own: int | None, sent: int | None
+) -> None:
     workload = Workload(uid="u", name="web-1", namespace="shop", termination_grace_seconds=own)
     assert deletion_grace(requested, workload) == sent
 
@@ -862,6 +882,8 @@ def test_a_refused_eviction_is_retried_with_a_per_pod_backoff(kit: Kit) -> None:
     assert uid not in kit.ops.retry
 
 
-@pytest.mark.parametrize(("failures", "delay"), [(1, 0.005), (2, 0.01), (9, 1.28), (18, 655.36), (19, 1000.0), (500, 1000.0)])
+@pytest.mark.parametrize(
+    ("failures", "delay"), [(1, 0.005), (2, 0.01), (9, 1.28), (18, 655.36), (19, 1000.0), (500, 1000.0)]
+)
 def test_retry_delay_doubles_from_5ms_to_1000s(failures: int, delay: float) -> None:
     assert retry_delay(failures) == pytest.approx(delay)

@@ -400,9 +400,30 @@ CASES = [
         6,
         51,
     ),
-    ("equals on a number", "enhancements:\n  - {name: a, type: number, equals: 'yes'}\n", "equals only applies to bool enhancements", "", 6, 39),
-    ("values on a bool", "enhancements:\n  - {name: a, type: bool, values: [x]}\n", "values only applies to string enhancements", "", 6, 29),
-    ("empty range", "enhancements:\n  - {name: a, type: number, range: [5, 1]}\n", "range [5, 1] is empty", "", 6, 31),
+    (
+        "equals on a number",
+        "enhancements:\n  - {name: a, type: number, equals: 'yes'}\n",
+        "equals only applies to bool enhancements",
+        "",
+        6,
+        39,
+    ),
+    (
+        "values on a bool",
+        "enhancements:\n  - {name: a, type: bool, values: [x]}\n",
+        "values only applies to string enhancements",
+        "",
+        6,
+        29,
+    ),
+    (
+        "empty range",
+        "enhancements:\n  - {name: a, type: number, range: [5, 1]}\n",
+        "range [5, 1] is empty",
+        "",
+        6,
+        31,
+    ),
     # ---- pools
     (
         "overlapping static cpus",
@@ -476,7 +497,14 @@ CASES = [
         6,
         35,
     ),
-    ("template pool with a static list", "pools:\n  - {name: a, template: true, cpus: {list: '0-1'}}\n", "a template pool cannot have a static cpu list", "use a count", 6, 27),
+    (
+        "template pool with a static list",
+        "pools:\n  - {name: a, template: true, cpus: {list: '0-1'}}\n",
+        "a template pool cannot have a static cpu list",
+        "use a count",
+        6,
+        27,
+    ),
     # ---- reclaim and actions
     (
         "reclaim min above max",
@@ -526,11 +554,46 @@ CASES = [
         7,
         14,
     ),
-    ("setCgroup class missing", "rules:\n  - name: r\n    then: {setCgroup: {target: {class: nope}, values: {cpu.shares: 2}}}\n", "class 'nope' is not defined", "", 7, 42),
-    ("setResctrl class missing", "rules:\n  - name: r\n    then: {setResctrl: {class: nope, mbPercent: 50}}\n", "class 'nope' is not defined", "", 7, 34),
-    ("setResctrl empty l3 range", "rules:\n  - name: r\n    then: {setResctrl: {group: g, l3Percent: [50, 50]}}\n", "l3Percent [50, 50] is empty", "", 7, 37),
-    ("comparison without operator", "rules:\n  - name: r\n    when: {node.cpu.usage_percent: {window: 5m}}\n    then: {notify: {}}\n", "condition on 'node.cpu.usage_percent' has no operator", "use one of eq", 7, 14),
-    ("string fact compared with a number", "rules:\n  - name: r\n    when: {pod.class: {eq: 3}}\n    then: {notify: {}}\n", "'pod.class' is a string but eq compares it with 3", "", 7, 30),
+    (
+        "setCgroup class missing",
+        "rules:\n  - name: r\n    then: {setCgroup: {target: {class: nope}, values: {cpu.shares: 2}}}\n",
+        "class 'nope' is not defined",
+        "",
+        7,
+        42,
+    ),
+    (
+        "setResctrl class missing",
+        "rules:\n  - name: r\n    then: {setResctrl: {class: nope, mbPercent: 50}}\n",
+        "class 'nope' is not defined",
+        "",
+        7,
+        34,
+    ),
+    (
+        "setResctrl empty l3 range",
+        "rules:\n  - name: r\n    then: {setResctrl: {group: g, l3Percent: [50, 50]}}\n",
+        "l3Percent [50, 50] is empty",
+        "",
+        7,
+        37,
+    ),
+    (
+        "comparison without operator",
+        "rules:\n  - name: r\n    when: {node.cpu.usage_percent: {window: 5m}}\n    then: {notify: {}}\n",
+        "condition on 'node.cpu.usage_percent' has no operator",
+        "use one of eq",
+        7,
+        14,
+    ),
+    (
+        "string fact compared with a number",
+        "rules:\n  - name: r\n    when: {pod.class: {eq: 3}}\n    then: {notify: {}}\n",
+        "'pod.class' is a string but eq compares it with 3",
+        "",
+        7,
+        30,
+    ),
 ]
 
 
@@ -620,7 +683,9 @@ BAD_VALUES = [
 
 
 @pytest.mark.parametrize(("file", "value", "message"), BAD_VALUES, ids=[f"{f}={v}" for f, v, _ in BAD_VALUES])
-def test_set_cgroup_value_the_kernel_refuses_is_located(tmp_path: Path, file: str, value: str, message: str) -> None:
+def test_set_cgroup_value_the_kernel_refuses_is_located(
+    tmp_path: Path, file: str, value: str, message: str
+) -> None:
     extra = set_cgroup("kubepods/besteffort", f"{file}: {value}")
     problems = check(tmp_path, extra)
     matching = [p for p in problems if message in p.message]
@@ -647,7 +712,9 @@ BAD_TARGETS = [
 
 
 @pytest.mark.parametrize(("target", "message"), BAD_TARGETS, ids=[t for t, _ in BAD_TARGETS])
-def test_set_cgroup_target_outside_a_plain_relative_path_is_located(tmp_path: Path, target: str, message: str) -> None:
+def test_set_cgroup_target_outside_a_plain_relative_path_is_located(
+    tmp_path: Path, target: str, message: str
+) -> None:
     extra = set_cgroup(target, "cpu.shares: 2")
     problems = check(tmp_path, extra)
     matching = [p for p in problems if message in p.message]
@@ -692,7 +759,9 @@ def test_set_cgroup_values_the_kernel_takes_validate(tmp_path: Path, values: str
     assert check(tmp_path, set_cgroup('"kubepods/besteffort"', values)) == []
 
 
-@pytest.mark.parametrize("target", ["kubepods", "kubepods/besteffort/pod1", '"qosd demo/é-batch"', "a.b/c..d/...x"])
+@pytest.mark.parametrize(
+    "target", ["kubepods", "kubepods/besteffort/pod1", '"qosd demo/é-batch"', "a.b/c..d/...x"]
+)
 def test_set_cgroup_plain_relative_targets_validate(tmp_path: Path, target: str) -> None:
     assert check(tmp_path, set_cgroup(target, "cpu.shares: 2")) == []
 
@@ -700,15 +769,32 @@ def test_set_cgroup_plain_relative_targets_validate(tmp_path: Path, target: str)
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ("cpu.cfs_quota_us: 10000, cpu.cfs_burst_us: 20000", "CFS burst 20000 us is above the quota 10000 us"),
+        (
+            "cpu.cfs_quota_us: 10000, cpu.cfs_burst_us: 20000",
+            "CFS burst 20000 us is above the quota 10000 us",
+        ),
         ('cpu.max: "5000 100000", cpu.max.burst: 5001', "CFS burst 5001 us is above the quota 5000 us"),
         ("cpu.idle: 1, cpu.shares: 2", "together with cpu.shares"),
         ("cpu.idle: 1, cpu.weight: 1", "together with cpu.weight"),
         ('cpu.idle: 1, cpu.shares: {expr: "node.cpus * 1000"}', "together with cpu.shares"),  # property test
         ('cpu.idle: {expr: "1"}, cpu.weight: 100', "together with cpu.weight"),
+        # two names of one host file (found by the validate-then-run property test, session 10)
+        (
+            'cpu.max: "50000 100000", cpu.cfs_quota_us: -1',
+            "cpu.cfs_quota_us and cpu.max both set cpu.cfs_quota_us",
+        ),
+        (
+            "cpu.max: max, cpu.cfs_period_us: 100000",
+            "cpu.cfs_period_us and cpu.max both set cpu.cfs_period_us",
+        ),
+        ("cpu.shares: 2, cpu.weight: 1", "cpu.shares and cpu.weight both set cpu.shares on cgroup v1"),
+        ("cpu.cfs_burst_us: 1000, cpu.max.burst: 1000", "both set cpu.cfs_burst_us on cgroup v1"),
+        ("memory.limit_in_bytes: 1Gi, memory.max: 2Gi", "both set memory.limit_in_bytes on cgroup v1"),
     ],
 )
-def test_set_cgroup_values_the_kernel_refuses_together_are_located(tmp_path: Path, values: str, message: str) -> None:
+def test_set_cgroup_values_the_kernel_refuses_together_are_located(
+    tmp_path: Path, values: str, message: str
+) -> None:
     problems = check(tmp_path, set_cgroup("kubepods/besteffort", values))
     assert [p.location.path for p in problems if message in p.message] == [
         "$.spec.rules[0].then.setCgroup.values"
@@ -716,7 +802,13 @@ def test_set_cgroup_values_the_kernel_refuses_together_are_located(tmp_path: Pat
 
 
 @pytest.mark.parametrize(
-    "values", ["cpu.cfs_quota_us: 10000, cpu.cfs_burst_us: 10000", "cpu.max: max, cpu.max.burst: 5000", "cpu.idle: 0, cpu.shares: 2"]
+    "values",
+    [
+        "cpu.cfs_quota_us: 10000, cpu.cfs_burst_us: 10000",
+        "cpu.max: max, cpu.max.burst: 5000",
+        "cpu.idle: 0, cpu.shares: 2",
+        "cpu.cfs_quota_us: 10000, cpu.cfs_period_us: 100000",  # one cpu.max write on v2
+    ],
 )
 def test_set_cgroup_values_the_kernel_takes_together_validate(tmp_path: Path, values: str) -> None:
     assert check(tmp_path, set_cgroup("kubepods/besteffort", values)) == []
@@ -734,10 +826,15 @@ def test_a_percent_of_a_resource_cannot_size_a_file_that_holds_no_amount(tmp_pat
     ("action", "where"),
     [
         ("{memoryGuard: {cgroup: ../kubepods}}", "$.spec.rules[0].then.memoryGuard.cgroup"),
-        ("{suppress: {class: be, policy: cpuset, cgroup: /sys/fs/cgroup/cpu/kubepods}}", "$.spec.rules[0].then.suppress.cgroup"),
+        (
+            "{suppress: {class: be, policy: cpuset, cgroup: /sys/fs/cgroup/cpu/kubepods}}",
+            "$.spec.rules[0].then.suppress.cgroup",
+        ),
     ],
 )
-def test_other_actions_cgroup_paths_are_checked_like_set_cgroup_targets(tmp_path: Path, action: str, where: str) -> None:
+def test_other_actions_cgroup_paths_are_checked_like_set_cgroup_targets(
+    tmp_path: Path, action: str, where: str
+) -> None:
     problems = check(tmp_path, f"rules:\n  - name: r\n    then: {action}\n")
     assert [p.location.path for p in problems if "cgroup" in p.message and "path" in p.message] == [where]
 
@@ -784,6 +881,8 @@ def test_class_shares_and_weight_out_of_range_are_refused_not_clamped(
     ]
 
 
-@pytest.mark.parametrize("knob", ["cpu: {shares: 2}", "cpu: {shares: 262144}", "cpu: {weight: 1}", "cpu: {weight: 10000}"])
+@pytest.mark.parametrize(
+    "knob", ["cpu: {shares: 2}", "cpu: {shares: 262144}", "cpu: {weight: 1}", "cpu: {weight: 10000}"]
+)
 def test_class_shares_and_weight_at_the_bounds_validate(tmp_path: Path, knob: str) -> None:
     assert check(tmp_path, f"classes:\n  - name: be\n    {knob}\n") == []

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from engine.adapters.evict_journal import Entry, EvictionJournal
 from engine.adapters.fsio import PathEscape, relative_parts
 from engine.adapters.result import OperationResult
 from engine.cgroups.mounts import CgroupLayout
@@ -280,16 +281,52 @@ class StandaloneEvictions:
         signals: Signals | None = None,
         clock: Callable[[], float] = time.monotonic,
         poll: float = POLL_SECONDS,
+        journal: EvictionJournal | None = None,
     ) -> None:
         self.fs = fs
         self.locate = locate
         self.signals = signals or Signals(fs)
         self.clock = clock
         self.poll = poll
+        self.journal = journal
         self._lock = threading.Condition()
         self._running: dict[str, Kill] = {}  # uid -> eviction in progress
         self._finished: list[OperationResult] = []
         self._worker: threading.Thread | None = None
+        if journal is not None:
+            self._resume(journal)
+
+    def _resume(self, journal: EvictionJournal) -> None:
+        """Take over the evictions a previous daemon left unfinished (engine.adapters.evict_journal):
+        each goes on with the grace period it had left, its SIGKILL due when that is over."""
+        now = self.clock()
+        with self._lock:
+            for r in journal.load():
+                kill_deadline = None if r.kill_left is None else now + r.kill_left
+                self._running[r.op.uid] = Kill(
+                    r.op, r.path, now - r.started_ago, now + r.term_left, r.signalled, kill_deadline, r.killed
+                )
+                log.info(
+                    "eviction resumed after a restart",
+                    extra={
+                        "fields": {
+                            "workload": f"{r.op.namespace}/{r.op.name}",
+                            "cgroup": r.path,
+                            "graceLeft": round(max(r.term_left, 0.0), 1),
+                        }
+                    },
+                )
+            if self._running:
+                self._start_worker()
+
+    def _journal(self) -> None:
+        """Save the evictions in progress (called with the lock held, after each change)."""
+        if self.journal is not None:
+            entries: list[Entry] = [
+                (k.op, k.path, k.started, k.term_deadline, k.kill_deadline, k.signalled, k.killed)
+                for k in self._running.values()
+            ]
+            self.journal.save(entries, self.clock())
 
     # -- the tick's side
 
@@ -340,6 +377,7 @@ class StandaloneEvictions:
         )
         with self._lock:
             self._running[op.uid] = kill
+            self._journal()
             self._start_worker()
             self._lock.notify_all()
         return OperationResult(
@@ -410,6 +448,7 @@ class StandaloneEvictions:
             )
             with self._lock:
                 self._running[kill.op.uid] = kill
+                self._journal()
             return
         self._end(kill, finished_result(kill, step, now, alive))
 
@@ -422,5 +461,6 @@ class StandaloneEvictions:
         )
         with self._lock:
             self._running.pop(kill.op.uid, None)
+            self._journal()
             self._finished.append(result)
             self._lock.notify_all()

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from engine.cgroups.weight import (
@@ -299,6 +299,29 @@ def host_files(file: str, version: int) -> tuple[str, ...]:
     if file in CPU_MAX_PARTS:
         return ("cpu.max",)
     return (V1_TO_V2.get(file, file),)
+
+
+# Two names that are not two writers of one file: on v2 the CFS quota and period are written
+# together as cpu.max, which is what asking for both means.
+_ONE_WRITE = frozenset({"cpu.cfs_quota_us", "cpu.cfs_period_us"})
+
+
+def same_host_file(files: Iterable[str]) -> list[tuple[str, str, int, tuple[str, ...]]]:
+    """Pairs of ``files`` (one action's) that hold the same host file on a cgroup version (cpu.shares
+    and cpu.weight, cpu.max and cpu.cfs_quota_us), with the first such version and the files shared:
+    one value would overwrite the other, and which one depends on the node."""
+    names = sorted(set(files))
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if {a, b} == _ONE_WRITE:
+                continue
+            for version in (1, 2):
+                shared = tuple(sorted(set(host_files(a, version)) & set(host_files(b, version))))
+                if shared:
+                    out.append((a, b, version, shared))
+                    break
+    return out
 
 
 # ---------------------------------------------------------------- comparing by meaning

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, overload
 
 from engine.cgroups.declared import NO_FILES, compile_files
-from engine.cgroups.files import VALUE_FORMATS, burst_problem, value_problem
+from engine.cgroups.files import VALUE_FORMATS, burst_problem, same_host_file, value_problem
 from engine.cgroups.paths import cgroup_path_problem
 from engine.config.errors import Location, PolicyError, Problem, short
 from engine.config.load import JsonPath
@@ -575,6 +575,13 @@ def _check_cgroup_combination(c: _Checker, path: JsonPath, literals: dict[str, s
     bad = burst_problem(literals)
     if bad:
         c.add(path, bad, "the kernel refuses a burst above the quota; lower the burst or raise the quota")
+    for a, b, version, shared in same_host_file(files):
+        c.add(
+            path,
+            f"{a} and {b} both set {' and '.join(shared)} on cgroup v{version}: "
+            "one value would overwrite the other",
+            f"set only one of {a} and {b} (qosd writes either name on both versions)",
+        )
     weight = [f for f in ("cpu.shares", "cpu.weight") if f in files]
     if "cpu.idle" in files and literals.get("cpu.idle") != "0" and weight:
         c.add(

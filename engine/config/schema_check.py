@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match, relevance
 
 from engine.config.errors import Location, Problem, short
-from engine.config.load import JsonPath
+from engine.config.load import JsonPath, json_path
 from engine.config.unitcheck import unit_problems
 from engine.resources import load_schema
 
@@ -158,6 +158,22 @@ def validation_problems(
         else:
             out.append(_to_problem(leaf, locate))
     return out
+
+
+def plain_error(err: ValidationError) -> tuple[JsonPath, str, str]:
+    """One schema error (say ``best_match``'s) in the words ``qosd validate`` uses: where (the
+    field itself for an unknown one), the message and the hint. For files that are not policies
+    (the state file), which have no line numbers to locate by."""
+    leaf = _leaf_errors(err)
+    keys = _extra_keys(leaf) if leaf.validator == "additionalProperties" else ["?"]
+    where: list[JsonPath] = []
+
+    def locate(path: JsonPath, _key: bool) -> Location:
+        where.append(path)
+        return Location("", path=json_path(path))
+
+    problem = _to_problem(leaf, locate, keys[0])
+    return where[0], problem.message, problem.hint
 
 
 def _extra_keys(err: ValidationError) -> list[str]:

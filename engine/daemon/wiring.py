@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.adapters.cgroup import CgroupAdapter
 from engine.adapters.evict import StandaloneEvictions
+from engine.adapters.evict_journal import EvictionJournal, journal_of
 from engine.adapters.executor import Handler, NodeExecutor
 from engine.adapters.fsio import open_nofollow
 from engine.adapters.recorder import RecordingExecutor
@@ -198,7 +199,14 @@ def build_standalone(args: argparse.Namespace) -> Daemon:
         source = collector.source
         if not isinstance(source, StandaloneSource):
             raise TypeError(f"standalone_collector returned a {type(source).__name__} workload source")
-        evictions = StandaloneEvictions(collector.cgroup, source.cgroup_of)
+        # With a state file, the evictions in progress are journaled beside it, so that a restart
+        # during a grace period still sends its SIGKILL (engine.adapters.evict_journal).
+        journal = journal_of(args.state_file)
+        evictions = StandaloneEvictions(
+            collector.cgroup,
+            source.cgroup_of,
+            journal=EvictionJournal(journal) if journal is not None else None,
+        )
         executor = NodeExecutor(
             cgroup=adapter,
             resctrl=resctrl,

@@ -18,6 +18,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from engine.config.load import json_path
+from engine.config.schema_check import plain_error
 from engine.features.cpu_burst.limiter import Bucket
 from engine.features.eviction.pool_load import NO_POOL_LOAD, PoolLoadState
 from engine.features.reclaim.report import ReportHistory
@@ -255,7 +257,10 @@ def state_from_document(doc: Any) -> EngineState:
     except RecursionError:
         raise CorruptState("nested too deeply to check") from None
     if error is not None:
-        raise CorruptState(f"{error.json_path}: {_short(error.message)}", path=tuple(error.absolute_path))
+        where, message, hint = plain_error(error)
+        raise CorruptState(
+            f"{json_path(where)}: {_short(message)}" + (f" ({_short(hint)})" if hint else ""), path=where
+        )
     state = doc["state"] if wrapped else doc
     try:
         return EngineState.from_dict(state)

@@ -12,7 +12,10 @@ flooding etcd:
   occurrence PATCHes ``count`` and ``lastTimestamp`` of the Event already posted instead of
   creating another one;
 - **spam filter**: a token bucket per involved object (burst 25, one token back every 5 minutes,
-  client-go's defaults) drops the excess, logged at debug level and counted.
+  client-go's defaults) drops the excess, logged at debug level and counted. The reasons in
+  ``OWN_BUDGET`` (PolicyRejected) have a bucket of their own per object: a policy that emits an
+  Event about the Node every tick must not use up the budget that tells on-call qosd refused their
+  new policy.
 
 Posting never blocks the caller (the tick): ``record`` only timestamps and enqueues, into a bounded
 queue (1000, dropped and counted when full) that one background thread drains, retrying 5xx,
@@ -42,6 +45,8 @@ EventType = Literal["Normal", "Warning"]
 QUEUE_SIZE = 1000
 CORRELATION_WINDOW = 600.0  # seconds since the last occurrence; client-go aggregates over 10 minutes
 SPAM_BURST = 25  # client-go defaultSpamBurst
+# Reasons with a spam budget of their own per object (see the module docstring).
+OWN_BUDGET = frozenset({"PolicyRejected"})
 SPAM_REFILL_SECONDS = 300.0  # client-go defaultSpamQPS = 1/300
 CACHE_SIZE = 4096  # client-go maxLruCacheEntries: objects and correlation keys remembered
 POST_ATTEMPTS = 5  # per Event, for 5xx/timeouts/connection errors
@@ -147,7 +152,9 @@ class EventRecorder:
         self._stop = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._buckets: collections.OrderedDict[ObjectRef, _TokenBucket] = collections.OrderedDict()
+        self._buckets: collections.OrderedDict[ObjectRef | tuple[ObjectRef, str], _TokenBucket] = (
+            collections.OrderedDict()
+        )
         self._posted: collections.OrderedDict[tuple[ObjectRef, str, str, str], _Posted] = (
             collections.OrderedDict()
         )
@@ -163,13 +170,14 @@ class EventRecorder:
             if self._closed:
                 self.dropped += 1
                 return
-            bucket = self._buckets.get(ref)
+            key: ObjectRef | tuple[ObjectRef, str] = (ref, reason) if reason in OWN_BUDGET else ref
+            bucket = self._buckets.get(key)
             if bucket is None:
-                bucket = self._buckets[ref] = _TokenBucket(float(self.burst), now)
+                bucket = self._buckets[key] = _TokenBucket(float(self.burst), now)
                 if len(self._buckets) > CACHE_SIZE:
                     self._buckets.popitem(last=False)
             else:
-                self._buckets.move_to_end(ref)
+                self._buckets.move_to_end(key)
             if not bucket.take(now, self.burst, self.refill_seconds):
                 self.throttled += 1
                 log.debug(

@@ -216,13 +216,15 @@ class PinnedReader:
         (a file not pinned yet, a failed read, a longer file, not one integer) goes file by file."""
         fds = list(map(self._pinned.get, paths))
         if None not in fds:
-            try:
-                data = list(map(os.pread, fds, repeat(SMALL), repeat(0)))  # type: ignore[arg-type]
-                if not data or max(map(len, data)) < SMALL:
-                    return list(map(int, data))
-            except (OSError, ValueError):
-                pass
-        return [int_or_none(text) for text in self.read_many(paths)]
+            values = _pread_ints(fds)  # type: ignore[arg-type]
+            return values if values is not None else [int_or_none(t) for t in self.read_many(paths)]
+        # Nearly every tick: the few descriptors the refresh let go are opened again one by one.
+        values = _pread_ints([fd for fd in fds if fd is not None])
+        if values is None:
+            return [int_or_none(t) for t in self.read_many(paths)]
+        batch = iter(values)
+        read = self.read
+        return [int_or_none(read(p)) if fd is None else next(batch) for p, fd in zip(paths, fds, strict=True)]
 
     def _may_pin(self, path: str) -> bool:
         if self._pinnable is not None:
@@ -272,6 +274,18 @@ def _preads(fds: list[int]) -> list[str | None] | None:
     if data and max(map(len, data)) >= CHUNK:
         return None
     return list(map(bytes.decode, data, repeat("latin-1")))
+
+
+def _pread_ints(fds: list[int]) -> list[int | None] | None:
+    """The integers of one-integer files by one small ``pread`` each; None when one read fails, fills
+    the buffer or is not one integer (the caller then reads file by file)."""
+    try:
+        data = list(map(os.pread, fds, repeat(SMALL), repeat(0)))
+        if data and max(map(len, data)) >= SMALL:
+            return None
+        return list(map(int, data))
+    except (OSError, ValueError):
+        return None
 
 
 def _rest(fd: int, first: bytes) -> bytes:
