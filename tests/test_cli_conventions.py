@@ -21,7 +21,7 @@ import yaml
 
 from engine import cli
 from engine.resources import BUNDLED_PROFILES, PROFILE_LABEL, SCHEMAS, bundled_policy_files, schema_file
-from tests.qosdcli import qosd
+from tests.qosdcli import qosd, qosd_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,10 +104,12 @@ def test_each_output_format_is_what_it_says(argv: list[str], load: Callable[[str
 
 
 def test_simulate_and_explain_speak_yaml_too(tmp_path: Path) -> None:
+    """In this interpreter (tests/qosdcli.qosd_in_process): what is compared is the commands' output."""
     trace = tmp_path / "short.yaml"
-    assert qosd("trace", "generate", "--hours", "1", "--step", "5m", "--output-file", str(trace)).returncode == 0
-    as_json = qosd("simulate", "--trace", str(trace), "-o", "json")
-    as_yaml = qosd("simulate", "--trace", str(trace), "-o", "yaml")
+    generated = qosd_in_process("trace", "generate", "--hours", "1", "--step", "5m", "--output-file", str(trace))
+    assert generated.returncode == 0, generated.stderr
+    as_json = qosd_in_process("simulate", "--trace", str(trace), "-o", "json")
+    as_yaml = qosd_in_process("simulate", "--trace", str(trace), "-o", "yaml")
     assert as_json.returncode == 0 and as_yaml.returncode == 0, as_yaml.stderr
     from_yaml, from_json = yaml.safe_load(as_yaml.stdout), json.loads(as_json.stdout)
     for run in (from_yaml, from_json):
@@ -115,16 +117,16 @@ def test_simulate_and_explain_speak_yaml_too(tmp_path: Path) -> None:
     assert from_yaml == from_json
     sim = tmp_path / "sim.json"
     sim.write_text(as_json.stdout)
-    explained = qosd("explain", str(sim), "-o", "yaml")
+    explained = qosd_in_process("explain", str(sim), "-o", "yaml")
     assert explained.returncode == 0, explained.stderr
-    assert yaml.safe_load(explained.stdout) == json.loads(qosd("explain", str(sim), "-o", "json").stdout)
+    as_json = qosd_in_process("explain", str(sim), "-o", "json")
+    assert yaml.safe_load(explained.stdout) == json.loads(as_json.stdout)
 
 
 def test_render_json_has_origins_only_with_show_origin() -> None:
-    plain = json.loads(qosd("render", "--node", "examples/snapshots/quiet-node.yaml", "-o", "json").stdout)
-    shown = json.loads(
-        qosd("render", "--node", "examples/snapshots/quiet-node.yaml", "-o", "json", "--show-origin").stdout
-    )
+    node = "examples/snapshots/quiet-node.yaml"
+    plain = json.loads(qosd_in_process("render", "--node", node, "-o", "json").stdout)
+    shown = json.loads(qosd_in_process("render", "--node", node, "-o", "json", "--show-origin").stdout)
     assert "origins" not in plain
     assert shown["origins"]["$.spec.defaultClass"].startswith("builtin:rules/default.yaml:")
 
@@ -169,9 +171,9 @@ def test_eval_takes_a_rule_file_as_a_path(tmp_path: Path) -> None:
         "spec: {priority: 10, rules: [{name: publish-reclaimed-resources, enabled: false}]}\n"
     )
     facts = "examples/snapshots/quiet-node.yaml"
-    with_path = qosd("eval", "--facts", facts, str(f), "-o", "json")
-    with_alias = qosd("eval", "--facts", facts, "--rules", str(f), "-o", "json")
-    without = qosd("eval", "--facts", facts, "-o", "json")
+    with_path = qosd_in_process("eval", "--facts", facts, str(f), "-o", "json")
+    with_alias = qosd_in_process("eval", "--facts", facts, "--rules", str(f), "-o", "json")
+    without = qosd_in_process("eval", "--facts", facts, "-o", "json")
     assert with_path.returncode == 0, with_path.stderr
     a, b, c = (json.loads(p.stdout) for p in (with_path, with_alias, without))
     assert a["policy"] == b["policy"] != c["policy"]
@@ -185,7 +187,7 @@ def test_schema_serves_every_shipped_schema() -> None:
     shipped = sorted(p.name for p in (ROOT / "schemas").glob("*.schema.json"))
     assert sorted(schema_file(k).name for k in SCHEMAS) == shipped
     for kind in SCHEMAS:
-        proc = qosd("schema", kind)
+        proc = qosd_in_process("schema", kind)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout) == json.loads(schema_file(kind).read_text()), kind
 
@@ -223,7 +225,7 @@ def test_default_is_kept_as_an_alias_of_katalyst() -> None:
     for name in ("qosd validate", "qosd render", "qosd eval", "qosd simulate", "qosd run", "qosd trace generate"):
         action = next(a for a in PARSERS[name]._actions if "--profile" in a.option_strings)
         assert action.type("default") == "katalyst" and action.type("katalyst") == "katalyst"
-    proc = qosd("validate", "--profile", "default")
+    proc = qosd_in_process("validate", "--profile", "default")
     assert proc.returncode == 0, proc.stderr
 
 

@@ -1,4 +1,7 @@
-"""Errors you can act on (issue 18): each case runs ``qosd`` in a subprocess, as an operator would.
+"""Errors you can act on (issue 18): each case runs ``qosd`` as an operator would, in a subprocess where
+the case is about the streams (what reaches stdout, what reaches stderr, standard input), otherwise
+through ``engine.cli.main`` in this interpreter (tests/qosdcli.qosd_in_process), which checks the
+same exit code and report without a second of interpreter start-up.
 
 - an error found on one kind of node names it (profile and labels), in text and in JSON;
 - JSON paths index the document the line:col points into, not the merged policy;
@@ -17,7 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import policy_text
-from tests.qosdcli import qosd
+from tests.qosdcli import qosd, qosd_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +53,7 @@ def test_an_error_of_one_node_variant_names_it_in_text(tmp_path: Path) -> None:
 def test_an_error_of_one_node_variant_names_it_in_json(tmp_path: Path) -> None:
     f = tmp_path / "team.yaml"
     f.write_text(KATALYST_ONLY)
-    proc = qosd("validate", "-o", "json", str(f))
+    proc = qosd_in_process("validate", "-o", "json", str(f))
     report = json.loads(proc.stdout)
     (problem,) = report["problems"]
     assert problem["variants"] == [{"labels": {"qosd.io/profile": "koordinator"}, "profile": "koordinator"}]
@@ -60,7 +63,7 @@ def test_an_error_of_one_node_variant_names_it_in_json(tmp_path: Path) -> None:
 def test_an_error_of_every_variant_names_none(tmp_path: Path) -> None:
     f = tmp_path / "team.yaml"
     f.write_text(KATALYST_ONLY.replace("reclaimed_cores", "nobody"))
-    proc = qosd("validate", "-o", "json", str(f))
+    proc = qosd_in_process("validate", "-o", "json", str(f))
     (problem,) = json.loads(proc.stdout)["problems"]
     assert problem["message"] == "class 'nobody' is not defined"
     assert problem["variants"] == []
@@ -82,7 +85,7 @@ def test_json_paths_index_the_users_document_not_the_merged_policy(tmp_path: Pat
             name="team",
         )
     )
-    proc = qosd("validate", "--profile", "koordinator", "-o", "json", str(f))
+    proc = qosd_in_process("validate", "--profile", "koordinator", "-o", "json", str(f))
     problems = json.loads(proc.stdout)["problems"]
     mine = [p for p in problems if p["source"] == str(f)]
     assert mine, problems
@@ -103,7 +106,7 @@ def test_a_fact_typo_is_reported_with_the_schema_errors_of_its_file(tmp_path: Pa
             """
         )
     )
-    proc = qosd("validate", "--no-builtin", str(f))
+    proc = qosd_in_process("validate", "--no-builtin", str(f))
     assert proc.returncode == 1
     assert "unknown fact 'node.memory.usage_pct'" in proc.stderr
     assert "did you mean 'node.memory.usage_percent'" in proc.stderr
@@ -121,7 +124,7 @@ def test_one_yaml_syntax_error_does_not_hide_the_other_files(tmp_path: Path) -> 
     (tmp_path / "c-fact.yaml").write_text(
         policy_text("rules: [{name: q, when: {node.cpu.usage_pct: {gte: 70}}, then: {notify: {}}}]", name="c")
     )
-    proc = qosd("validate", "--no-builtin", "-o", "json", str(tmp_path))
+    proc = qosd_in_process("validate", "--no-builtin", "-o", "json", str(tmp_path))
     report = json.loads(proc.stdout)
     by_file = {Path(p["source"]).name: p["message"] for p in report["problems"]}
     assert by_file["a-broken.yaml"].startswith("YAML syntax error")
@@ -211,6 +214,6 @@ def test_fact_names_are_checked_in_a_document_of_any_shape(tmp_path: Path) -> No
             """
         )
     )
-    proc = qosd("validate", "--no-builtin", str(f))
+    proc = qosd_in_process("validate", "--no-builtin", str(f))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "unknown fact 'node.cpu.usage_pct'" in proc.stderr

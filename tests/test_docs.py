@@ -5,7 +5,10 @@ succeed.
 A command line is a line of a fenced code block that starts with ``qosd `` (inline code spans name
 commands and flags in prose, and synopses such as ``qosd validate [PATH...]`` are not command lines).
 The lines run in a scratch directory that links the repository's examples/, rules/ and schemas/, so
-one line can write a file (``> sim.json``) that the next reads, as in a terminal.
+one line can write a file (``> sim.json``) that the next reads, as in a terminal. They run through
+``engine.cli.main`` in this interpreter (tests/qosdcli.py): what is checked is the documented command
+line, parsed and dispatched as ``qosd`` does; the installed ``qosd`` process has its own tests
+(tests/test_cli_conventions.py, tests/test_cli_errors.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from engine import cli
-from tests.qosdcli import qosd
+from tests.qosdcli import SHIPPED_DAY, qosd_in_process, shipped_day_summary, shipped_rule_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -28,6 +31,12 @@ NEEDS_THE_MACHINE = {"run", "demo"}
 NEEDS_A_NODE = (("trace", "record"),)
 # Exit codes a documented command gives by design: a --baseline comparison exits 3 when decisions differ.
 DOCUMENTED_EXIT = {"--baseline": 3}
+# Lines that read only the repository and write nothing, whose run other tests share: the same
+# command line from the repository root (README.md and docs/parity.md both show `qosd test examples/`).
+SHARED_RUNS = {
+    ("test", "examples/"): shipped_rule_tests,
+    ("simulate", "--trace", SHIPPED_DAY, "--no-timeline"): shipped_day_summary,
+}
 
 
 def _needs_machine(argv: list[str]) -> bool:
@@ -119,7 +128,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("examples", "rules", "schemas", "tests"):
         (d / name).symlink_to(ROOT / name)
     # What a placeholder such as <eval-output.json> stands for: an evaluation of a shipped snapshot.
-    proc = qosd("eval", "--facts", "examples/snapshots/numa-watermark-pressure.yaml", "-o", "json", cwd=d)
+    facts = "examples/snapshots/numa-watermark-pressure.yaml"
+    proc = qosd_in_process("eval", "--facts", facts, "-o", "json", cwd=d)
     assert proc.returncode == 0, proc.stderr
     (d / "eval-output.json").write_text(proc.stdout)
     return d
@@ -139,7 +149,8 @@ def test_every_command_line_that_needs_no_machine_runs(
     argv = [_fill(a, scratch) for a in argv]
     if "--plot" in argv:
         pytest.importorskip("matplotlib", reason="--plot draws with matplotlib, not installed here")
-    proc = qosd(*argv, cwd=scratch)
+    shared = SHARED_RUNS.get(tuple(argv))
+    proc = shared() if shared is not None and stdout_file is None else qosd_in_process(*argv, cwd=scratch)
     expected = next((code for flag, code in DOCUMENTED_EXIT.items() if flag in argv), 0)
     assert proc.returncode == expected, (
         f"{doc.relative_to(ROOT)}:{line}: `{command}` exited {proc.returncode}:\n{proc.stderr[-2000:]}"

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from engine.cli import main as cli_main
+from engine.explain import reader
 from engine.explain.options import main
 from engine.model.units import human_bytes, num
 
@@ -256,6 +257,27 @@ def test_audit_log_and_simulation(capsys: pytest.CaptureFixture[str], tmp_path: 
         "audit": True,
         "text": decision["text"],
     }
+
+
+def test_a_one_line_simulation_is_read_with_one_parse(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`qosd simulate -o json` writes a day as one line of megabytes: explain parses it once, not
+    once to ask whether it is a JSON line and again as the document."""
+    first = load(evaluate(capsys, tmp_path, "--facts", str(SNAPSHOTS / "memory-pressure.yaml")))
+    sim = tmp_path / "sim.json"
+    sim.write_text(json.dumps({"apiVersion": "qosd.io/v1alpha1", "kind": "Simulation", "ticks": [first]}))
+    parsed: list[int] = []
+    real = reader.json_loads_bounded
+
+    def counting(text: str, **kwargs: Any) -> Any:
+        parsed.append(len(text))
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(reader, "json_loads_bounded", counting)
+    code, out, _ = explain(capsys, str(sim), "--rule", "be-memory-evict")
+    assert code == 0 and "- Chose to evict batch/spark-exec-1" in out
+    assert parsed == [len(sim.read_text())]
 
 
 def test_simulation_without_ticks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

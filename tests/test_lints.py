@@ -18,7 +18,7 @@ from engine.cli import main
 from engine.config.lints import fill_percent
 from engine.config.pipeline import REFERENCE_NODE, build_policy, load_documents
 from tests.conftest import policy_text
-from tests.qosdcli import qosd
+from tests.qosdcli import qosd_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,8 +111,8 @@ def test_lint_table(
 def test_strict_turns_warnings_into_errors(tmp_path: Path) -> None:
     f = tmp_path / "overlay.yaml"
     f.write_text(policy_text("\n".join(["priority: 10", KOORD, BE_EVICT_60]), name="overlay"))
-    plain = qosd("validate", str(f))
-    strict = qosd("validate", str(f), "--strict")
+    plain = qosd_in_process("validate", str(f))
+    strict = qosd_in_process("validate", str(f), "--strict")
     assert plain.returncode == 0, plain.stderr
     assert f"{f}:" in plain.stderr and ": warning: rule 'be-memory-evict' evicts at" in plain.stderr
     assert "on: profile koordinator" in plain.stderr

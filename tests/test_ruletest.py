@@ -3,6 +3,7 @@ example suites, and the Evaluation JSON schema against real `qosd eval --output 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import textwrap
@@ -20,11 +21,13 @@ from engine.evaluate.state import EngineState
 from engine.explain.reader import evaluation_validator
 from engine.model.facts import snapshot_from_dict
 from engine.plan.planner import Guards
+from engine.ruletest import runner
 from engine.ruletest.match import resolve, value_matches
 from engine.ruletest.model import merge_patch
 from engine.ruletest.options import main
 from engine.sources.snapshot_file import read_facts
 from engine.tick import run_tick
+from tests.qosdcli import shipped_rule_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -57,19 +60,24 @@ def suite(tmp_path: Path, body: str, name: str = "suite.yaml") -> Path:
 # ---------------------------------------------------------------- the shipped examples
 
 
+@functools.cache
 def example_counts() -> tuple[int, int, int]:
     """Suites, cases and xfail cases under examples/ (examples/tests and the parity ports in
-    examples/parity), counted from the files: every suite must run, and only marked cases may fail."""
-    docs = [d for p in sorted(EXAMPLES.rglob("*.yaml")) for d in yaml.safe_load_all(p.read_text())]
+    examples/parity), counted from the files: every suite must run, and only marked cases may fail.
+    Read with libyaml's parser where PyYAML has it (the same documents; the pure-Python one takes
+    seconds over examples/)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    docs = [d for p in sorted(EXAMPLES.rglob("*.yaml")) for d in yaml.load_all(p.read_text(), Loader=loader)]
     suites = [d for d in docs if isinstance(d, dict) and d.get("kind") == "RuleTest"]
     assert len(suites) >= 4
     cases = [c for d in suites for c in d["cases"]]
     return len(suites), len(cases), sum("xfail" in c for c in cases)
 
 
-def test_examples_directory_passes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_examples_directory_passes() -> None:
     """The issue's done-when: `qosd test examples/` passes."""
-    code, out, err = run(capsys, str(EXAMPLES))
+    proc = shipped_rule_tests()
+    code, out, err = proc.returncode, proc.stdout, proc.stderr
     assert code == 0, out + err
     assert "  FAIL " not in out and "  ERROR" not in out and "  XPASS" not in out
     assert "suite koordinator-be-memory-evict" in out
@@ -81,10 +89,10 @@ def test_examples_directory_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.rstrip().endswith(expected)
 
 
-def test_examples_pass_on_json_output(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, str(EXAMPLES), "--output", "json")
-    report = json.loads(out)
-    assert code == 0
+def test_examples_pass_on_json_output() -> None:
+    proc = shipped_rule_tests("--output", "json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0
     assert report["kind"] == "RuleTestReport" and report["passed"] is True
     suites, cases, xfails = example_counts()
     assert report["summary"] == {
@@ -364,8 +372,10 @@ def test_inline_facts_and_patch(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_policy_labels_and_paths_select_an_overlay(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each case gets the policy of its own documents and node; a run builds each distinct pair once
+    (engine/ruletest/runner.py Policies): the two cases on the labelled node share one build."""
     overlay = ROOT / "rules" / "examples" / "tighten-be-memory.yaml"
     path = suite(
         tmp_path,
@@ -378,6 +388,9 @@ def test_policy_labels_and_paths_select_an_overlay(
             facts: FACTS
             expect:
               intents: [{{conditions: [{{threshold: 60}}], release.formula: 68719476736 * (82 - 58) / 100}}]
+          - name: threshold 60 again
+            facts: FACTS
+            expect: {{intents: [{{conditions: [{{threshold: 60}}]}}]}}
           - name: without the label the bundled 70 applies
             policy: {{labels: {{node.example.com/pool: other}}}}
             facts: FACTS
@@ -385,8 +398,17 @@ def test_policy_labels_and_paths_select_an_overlay(
               intents: [{{conditions: [{{threshold: 70}}]}}]
         """,
     )
+    built: list[str] = []
+    real = runner.build_policy
+
+    def counting(docs: Any, node: Any) -> Any:
+        built.append(node.labels.get("node.example.com/pool", ""))
+        return real(docs, node)
+
+    monkeypatch.setattr(runner, "build_policy", counting)
     code, out, _ = run(capsys, str(path))
     assert code == 0, out
+    assert built == ["memory-heavy", "other"]
 
 
 # ---------------------------------------------------------------- xfail, selection, exit codes

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from engine.ruletest.options import main
+from tests.qosdcli import shipped_rule_tests
 from tests.test_ruletest import suite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,9 +212,9 @@ def test_junit_to_an_unwritable_place_is_a_usage_error(
     assert err.startswith("qosd: error: --junit ") and "No such file or directory" in err
 
 
-def test_examples_cover_most_rules(capsys: pytest.CaptureFixture[str]) -> None:
+def test_examples_cover_most_rules() -> None:
     """The shipped suites exercise the bundled rules; coverage names the ones no case fires."""
-    code, out, _ = run(capsys, str(ROOT / "examples"), "-o", "json")
-    assert code == 0
-    cov = json.loads(out)["coverage"]
+    proc = shipped_rule_tests("--output", "json")  # the run tests/test_ruletest.py reads too
+    assert proc.returncode == 0
+    cov = json.loads(proc.stdout)["coverage"]
     assert cov["rules"] >= 10 and cov["fired"] >= cov["rules"] // 2

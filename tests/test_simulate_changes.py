@@ -14,11 +14,13 @@ import pytest
 
 from engine.cli import main as cli_main
 from engine.config.pipeline import build_policy, load_documents
+from engine.config.policy import Policy
 from engine.evaluate.engine import Engine
 from engine.simulate.plot import clock_label, plot, rule_thresholds
-from engine.simulate.result import Options
+from engine.simulate.result import Options, Simulation
 from engine.simulate.run import simulate
 from engine.sources.trace import read_trace
+from tests.qosdcli import shipped_day_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = ROOT / "examples" / "traces" / "tidal-day.yaml"
@@ -73,12 +75,18 @@ def test_the_shipped_day_timeline_is_changes_and_the_summary_agrees(
     assert ev_total is not None and int(ev_total.group(1)) == evicted == 3
 
 
-def test_counts_agree_in_the_simulation_document() -> None:
+@pytest.fixture(scope="module")
+def shipped_day() -> tuple[Policy, Simulation]:
+    """The shipped day on the built-in policy, simulated once for the tests below that read it."""
+    trace = read_trace(DAY)
+    policy = build_policy(load_documents([]), trace.base.node)
+    return policy, simulate(trace, Engine(policy), Options())
+
+
+def test_counts_agree_in_the_simulation_document(shipped_day: tuple[Policy, Simulation]) -> None:
     """The same agreement in the data: each rule's fired edges are its episodes, each performed
     stretch's operations sum to the rule's count of non-eviction operations."""
-    trace = read_trace(DAY)
-    engine = Engine(build_policy(load_documents([]), trace.base.node))
-    sim = simulate(trace, engine, Options())
+    _, sim = shipped_day
     rules = sim.summary["rules"]
     for rule, counts in rules.items():
         edges = [e for e in sim.events if e.rule == rule and e.kind == "fired"]
@@ -109,24 +117,25 @@ def test_admit_evict_admit_again_is_a_summary_line(
     assert all("(admit, evict, admit again)" in d for d in admits)
     assert "the published amounts admit work the eviction rules then remove" in out
 
-    assert cli_main(["simulate", "--trace", str(DAY), "--no-timeline"]) == 0
-    day = capsys.readouterr().out
+    shared = shipped_day_summary()  # the README's line, which tests/test_docs.py runs too
+    assert shared.returncode == 0, shared.stderr
+    day = shared.stdout
     loops = re.search(r"evict/admit loops\s+(.*)", day)
     assert loops is not None and loops.group(1).startswith(("none", "2 batch pod(s)"))
 
 
-def test_the_plot_draws_each_rules_threshold_on_clock_time(tmp_path: Path) -> None:
+def test_the_plot_draws_each_rules_threshold_on_clock_time(
+    tmp_path: Path, shipped_day: tuple[Policy, Simulation]
+) -> None:
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the qosd[plot] extra)")
-    trace = read_trace(DAY)
-    policy = build_policy(load_documents([]), trace.base.node)
+    policy, sim = shipped_day
     lines = rule_thresholds(policy)
     assert ("be-memory-evict", "acts at node.memory.usage_percent >=", 70.0) in lines["memory"]
     assert ("be-cpu-suppress", "suppresses batch CPU above", 65.0) in lines["cpu"]
     assert clock_label(1699920000, 13.5 * 3600, False) == "13:30"  # the trace's start is 00:00 UTC
     assert clock_label(1699920000, 26 * 3600, True) == "11-15 02:00"
     # What the PNG holds: a line per rule threshold at its value, and clock times on the time axis.
-    engine = Engine(policy)
-    fig = plot(simulate(trace, engine, Options()), tmp_path / "day.png")
+    fig = plot(sim, tmp_path / "day.png")
     cpu, memory = fig.axes[0], fig.axes[1]
     labelled = {line.get_label(): line.get_ydata()[0] for ax in (cpu, memory) for line in ax.get_lines()}
     assert labelled["rule be-memory-evict: acts at node.memory.usage_percent >= 70%"] == 70.0

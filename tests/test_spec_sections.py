@@ -19,7 +19,7 @@ from engine.config.merge import KNOWN_SPEC_KEYS, Rendered, merge
 from engine.config.pipeline import document_from_object, validate
 from engine.config.unset import policy_schema
 from tests.conftest import policy_text
-from tests.qosdcli import qosd
+from tests.qosdcli import qosd_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def test_merge_refuses_a_section_it_does_not_know_located_with_a_hint() -> None:
 def test_a_rule_file_with_an_unknown_section_is_refused(tmp_path: Path) -> None:
     f = tmp_path / "team.yaml"
     f.write_text(policy_text("reclaimm: {cpu: {policy: usage}}"))
-    proc = qosd("validate", str(f))
+    proc = qosd_in_process("validate", str(f))
     assert proc.returncode == 1
     assert f"{f}:5:3: error: unknown field 'reclaimm' (at $.spec.reclaimm)" in proc.stderr
     assert "hint: did you mean 'reclaim'?" in proc.stderr
@@ -64,7 +64,7 @@ def test_a_ruletest_overlay_with_an_unknown_section_is_refused(tmp_path: Path) -
         "apiVersion: qosd.io/v1alpha1\nkind: RuleTest\nmetadata: {name: s}\npolicy: {builtin: true}\n"
         f"overlay: {{presure: {{}}}}\ncases:\n  - {{name: a, facts: {facts}}}\n"
     )
-    proc = qosd("test", str(suite))
+    proc = qosd_in_process("test", str(suite))
     assert proc.returncode != 0
     assert f"{suite}:5:11: error: unknown field 'presure'" in proc.stdout + proc.stderr
     assert "did you mean 'pressure'?" in proc.stdout + proc.stderr

@@ -29,6 +29,7 @@ from engine.config.load import JsonPath, Layer, json_path, parse_documents
 from engine.config.pipeline import load_documents, validate
 from engine.config.unitcheck import UNIT_DEFS, schema_file, unit_values
 from engine.model.units import duration_seconds, parse_quantity
+from tests.qosdcli import qosd_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 EVERY_UNIT = ROOT / "tests" / "data" / "every-unit.yaml"
@@ -147,6 +148,11 @@ def test_a_field_compile_refuses_is_still_bounded(pattern: Pattern) -> None:
 
 
 def cli(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """The command line through ``engine.cli.main`` in this interpreter (tests/qosdcli.py), with
+    QOSD_DEBUG set as before: a traceback fails the test; ``qosd run``, which sets up a daemon's
+    process (signals, the state and audit files), in a child process."""
+    if argv[0] != "run":
+        return qosd_in_process(*argv, cwd=cwd)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "engine.cli", *argv],

@@ -3,9 +3,11 @@
 A schema error used to hide the semantic errors of the same file (an unknown setCgroup file, an
 orderBy key naming no pod fact, an undefined class) until it was fixed. Now the values the schema
 refuses are taken out (engine/config/withheld.py) and the rest is checked as usual, without
-follow-on errors about what was taken out. The CLI cases run ``qosd validate`` as a user would; the
-property inserts k independent errors into k distinct rules of a valid policy and expects k
-located errors; the custom-resource and hot-reload paths report the same set.
+follow-on errors about what was taken out. The CLI cases run ``qosd validate`` as a user would,
+through ``engine.cli.main`` in this interpreter (tests/qosdcli.qosd_in_process: the same parsing,
+exit code and two streams, without a second of interpreter start-up per call); the property inserts
+k independent errors into k distinct rules of a valid policy and expects k located errors; the
+custom-resource and hot-reload paths report the same set.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from engine.config.pipeline import (
 )
 from engine.reload import ReloadConfig, Reloader
 from tests.conftest import policy_text
-from tests.qosdcli import qosd
+from tests.qosdcli import qosd_in_process
 
 CLASSES = """\
 classes:
@@ -277,11 +279,11 @@ def test_qosd_validate_reports_every_error_of_a_file(
     f.write_text(policy_text(body if body.startswith("classes:") else CLASSES + body))
     lines = f.read_text().splitlines()
     want = [(next(n for n, t in enumerate(lines, 1) if marker in t), message) for marker, message in expected]
-    text = qosd("validate", "--no-builtin", str(f))
+    text = qosd_in_process("validate", "--no-builtin", str(f))
     assert text.returncode == 1 and text.stdout == "", text.stderr
     heads = [ln for ln in text.stderr.splitlines() if ": error: " in ln]
     assert len(heads) == len(want) and all(h.startswith(f"{f}:") for h in heads), text.stderr
-    machine = qosd("validate", "--no-builtin", "-o", "json", str(f))
+    machine = qosd_in_process("validate", "--no-builtin", "-o", "json", str(f))
     assert machine.returncode == 1
     report = json.loads(machine.stdout)
     found = [(p["line"], p["message"]) for p in report["problems"]]

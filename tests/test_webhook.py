@@ -25,7 +25,7 @@ from engine.webhook.server import WebhookServer, serve
 from engine.webhook.tls import ServingCert
 from tests.conftest import policy_text
 from tests.kubeapi.tls import CA
-from tests.qosdcli import qosd
+from tests.qosdcli import qosd, qosd_in_process
 from tests.secret_volume import write_secret_volume
 
 GOOD = """\
@@ -160,7 +160,7 @@ def test_the_same_problems_as_qosd_validate(tmp_path: Path) -> None:
     """The webhook says what `qosd validate` says about the policy as a file (its location aside)."""
     path = tmp_path / "ghost.yaml"
     path.write_text(policy_text(BAD_REFERENCE, name="ghost-evict"))
-    cli = qosd("validate", str(path), "-o", "json")
+    cli = qosd_in_process("validate", str(path), "-o", "json")
     assert cli.returncode == 1, cli.stderr
     expected = {
         (p["path"], p["message"]) for p in json.loads(cli.stdout)["problems"] if p["severity"] == "error"

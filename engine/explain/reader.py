@@ -101,10 +101,12 @@ def read_ticks(path: Path) -> list[Tick]:
         raise PolicyError([Problem(Location(source), f"cannot read file: {exc.strerror or exc}")]) from None
     text = decode_utf8(raw, source)
     lines = text.splitlines()
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is None:
+    nonblank = [i for i, line in enumerate(lines) if line.strip()]
+    if not nonblank:
         raise PolicyError([Problem(Location(source, 1, 1), "file is empty: there is nothing to explain")])
-    if _is_json_line(lines[first]) and sum(1 for line in lines if line.strip()) > 1:
+    # A file of one line is one document: parsed once, below (`qosd simulate -o json` writes a day
+    # as one line of megabytes, and parsing it to ask whether it is a JSON line doubled the read).
+    if len(nonblank) > 1 and _is_json_line(lines[nonblank[0]]):
         return _read_jsonl(source, lines)
     try:
         doc = json_loads_bounded(text)

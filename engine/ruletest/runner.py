@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.config.errors import Location, PolicyError, Problem
+from engine.config.load import Document
 from engine.config.pipeline import PROFILE_LABEL, build_policy, load_documents
+from engine.config.policy import Policy
 from engine.evaluate.engine import Engine
 from engine.model.facts import snapshot_from_dict
+from engine.model.node import NodeInfo
 from engine.resources import API_VERSION
 from engine.ruletest.check import Failure, check_tick
 from engine.ruletest.model import Anchor, Case, Suite
@@ -76,7 +79,26 @@ def _at_policy(problem: Problem, where: Location) -> Problem:
     return Problem(where, problem.message, problem.hint, related)
 
 
-def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseResult, list[dict[str, Any]]]:
+class Policies:
+    """The policies of one run by (documents, node): cases of a suite mostly share their documents
+    and a facts file's node, and a policy is a pure function of the two (build_policy), so each
+    distinct pair is built once per run (``qosd test examples/`` builds 295 of its 508). The
+    documents are kept with their policy, so the ids in a key stay theirs; a refusal is not kept."""
+
+    def __init__(self) -> None:
+        self._built: dict[tuple[tuple[int, ...], str], tuple[list[Document], Policy]] = {}
+
+    def build(self, docs: list[Document], node: NodeInfo) -> Policy:
+        key = (tuple(id(d) for d in docs), repr(node))
+        hit = self._built.get(key)
+        if hit is None:
+            hit = self._built[key] = (docs, build_policy(docs, node))
+        return hit[1]
+
+
+def run_case(
+    suite: Suite, case: Case, backend: str = "python", policies: Policies | None = None
+) -> tuple[CaseResult, list[dict[str, Any]]]:
     """Run every step of a case with state carried over; the Evaluation documents come back too."""
     result = CaseResult(suite.source, suite.name, case.name, case.location, "pass", case.xfail, case.anchor)
     ticks: list[dict[str, Any]] = []
@@ -88,7 +110,7 @@ def run_case(suite: Suite, case: Case, backend: str = "python") -> tuple[CaseRes
         first = snapshot_from_dict(case.steps[0].facts)
         node = first.node.with_labels(labels) if labels else first.node
         docs = load_documents(list(spec.paths), builtin=spec.builtin) + list(spec.overlay)
-        policy = build_policy(docs, node)
+        policy = (policies or Policies()).build(docs, node)
     except PolicyError as exc:
         problems = [_at_policy(p, spec.location or case.location) for p in exc.problems]
         if case.refused is not None:
@@ -134,8 +156,9 @@ def run(
     suites: Sequence[Suite], backend: str = "python", select: re.Pattern[str] | None = None
 ) -> list[CaseResult]:
     out = []
+    policies = Policies()
     for suite in suites:
         for case in suite.cases:
             if select is None or select.search(case.name):
-                out.append(run_case(suite, case, backend)[0])
+                out.append(run_case(suite, case, backend, policies)[0])
     return out

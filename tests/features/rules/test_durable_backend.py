@@ -10,6 +10,7 @@ Everything that starts a worker is skipped, with the reason, when durable_rules 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import importlib
 import importlib.util
@@ -746,7 +747,7 @@ class Variant:
     python: Engine
     durable: Engine
     checked: Checked
-    keys: dict[str, list[tuple[str, str, list[Any]]]]  # scope -> (key, kind, values near thresholds)
+    keys: dict[str, list[tuple[str, str, tuple[Any, ...]]]]  # scope -> (key, kind, values near thresholds)
     conditional: set[str] = dataclasses.field(default_factory=set)
     snapshots: int = 0
     ticks_with_intents: int = 0
@@ -760,7 +761,7 @@ def near(thresholds: set[float]) -> list[float]:
     return sorted(out)
 
 
-def fact_plan(policy: Policy) -> dict[str, list[tuple[str, str, list[Any]]]]:
+def fact_plan(policy: Policy) -> dict[str, list[tuple[str, str, tuple[Any, ...]]]]:
     """Per scope, every key the policy's conditions read, with values around their thresholds."""
     found: dict[tuple[str, str], tuple[str, set[float]]] = {}
     words: dict[tuple[str, str], set[str]] = {}  # text facts (e.g. pressure levels): their values
@@ -777,10 +778,10 @@ def fact_plan(policy: Policy) -> dict[str, list[tuple[str, str, list[Any]]]]:
                     ts.add(soft)
             elif isinstance(c.value, str):
                 words.setdefault((scope, key), set()).update({c.value, *c.spec.enum})
-    plan: dict[str, list[tuple[str, str, list[Any]]]] = {}
+    plan: dict[str, list[tuple[str, str, tuple[Any, ...]]]] = {}
     for (where, key), (kind, ts) in sorted(found.items()):
         values: list[Any] = sorted(words[where, key]) if (where, key) in words else near(ts)
-        plan.setdefault(where, []).append((key, kind, values))
+        plan.setdefault(where, []).append((key, kind, tuple(values)))
     return plan
 
 
@@ -804,7 +805,10 @@ CPUS = tuple(Cpu(i, i % 8, i // 8, i // 8) for i in range(16))
 TOPOLOGY = Topology(CPUS, {0: 32 * GiB, 1: 32 * GiB})
 
 
-def value_strategy(kind: str, values: list[Any]) -> st.SearchStrategy[Any]:
+@functools.cache
+def value_strategy(kind: str, values: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    """A fact's next value: kept, removed, or one near the thresholds. Cached per (kind, values): a
+    strategy built once is validated once (hypothesis checks a new strategy object on its first draw)."""
     if kind == "string":
         return st.one_of(st.just(KEEP), st.none(), st.sampled_from(values))
     lo, hi = values[0], values[-1]
@@ -816,14 +820,34 @@ def value_strategy(kind: str, values: list[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(st.just(KEEP), st.just(KEEP), st.none(), numbers)
 
 
-def draw_workloads(data: st.DataObject, language: bool = False) -> tuple[Workload, ...]:
-    count = data.draw(st.integers(0, 10), label="pods")
-    kinds = [*WORKLOAD_KINDS, BATCH_KIND] if language else WORKLOAD_KINDS
+# Built once: a strategy object is validated on its first draw, and these are drawn thousands of times.
+MEMORY_SIZES = st.sampled_from([1.0, 2.0, 4.0, 8.0])
+LIMIT_KINDS = st.sampled_from([0, 1, 2])  # none, memory only, cpu and memory
+BATCH_PRIORITIES = st.sampled_from([None, 0, 3500])
+PRIORITIES = st.sampled_from([None, 0, 3500, 5500, 7500, 9500])
+NAMESPACES = st.sampled_from(["default", "batch"])
+PHASES = st.sampled_from(["Running", "Running", "Running", "Pending", "Succeeded"])
+KINDS = {False: st.sampled_from(WORKLOAD_KINDS), True: st.sampled_from([*WORKLOAD_KINDS, BATCH_KIND])}
+DT = st.sampled_from([1.0, 5.0, 5.0, 15.0, 30.0, 46.0, 120.0])
+POD_USAGE = st.one_of(st.just(KEEP), st.just(KEEP), st.none(), st.floats(0, 20 * GiB))
+POD_CORES = st.one_of(st.just(KEEP), st.none(), st.floats(0, 8))
+NODE_USAGE = st.one_of(
+    st.just(KEEP),
+    st.none(),
+    st.sampled_from([0.5, 0.68, 0.695, 0.7, 0.705, 0.8, 0.95]).map(lambda f: f * 64 * GiB),
+)
+
+
+@st.composite
+def workloads(draw: st.DrawFn, language: bool) -> tuple[Workload, ...]:
+    """0-10 pods of every class kind (one composite draw: hypothesis's per-draw bookkeeping on the
+    test's own ``data.draw`` costs more than the draw itself)."""
+    count = draw(st.integers(0, 10), label="pods")
     out = []
     for i in range(count):
-        annotations, labels, qos = data.draw(st.sampled_from(kinds))
-        mem = data.draw(st.sampled_from([1.0, 2.0, 4.0, 8.0])) * GiB
-        limits = data.draw(st.sampled_from([{}, {"memory": 2 * mem}, {"cpu": 4.0, "memory": mem}]))
+        annotations, labels, qos = draw(KINDS[language])
+        mem = draw(MEMORY_SIZES) * GiB
+        limits = ({}, {"memory": 2 * mem}, {"cpu": 4.0, "memory": mem})[draw(LIMIT_KINDS)]
         if labels is BATCH_KIND[1]:  # two containers with their own cgroups: per-container values
             pod = f"kubepods/burstable/poduid-{i}"
             out.append(
@@ -832,7 +856,7 @@ def draw_workloads(data: st.DataObject, language: bool = False) -> tuple[Workloa
                     name=f"pod-{i}",
                     namespace="batch",
                     labels=MappingProxyType(labels),
-                    priority=data.draw(st.sampled_from([None, 0, 3500])),
+                    priority=draw(BATCH_PRIORITIES),
                     kube_qos=qos,
                     cgroup_path=pod,
                     containers=(
@@ -847,20 +871,19 @@ def draw_workloads(data: st.DataObject, language: bool = False) -> tuple[Workloa
             Workload(
                 uid=f"uid-{i}",
                 name=f"pod-{i}",
-                namespace=data.draw(st.sampled_from(["default", "batch"])),
+                namespace=draw(NAMESPACES),
                 labels=MappingProxyType(labels),
                 annotations=MappingProxyType(annotations),
-                priority=data.draw(st.sampled_from([None, 0, 3500, 5500, 7500, 9500])),
+                priority=draw(PRIORITIES),
                 kube_qos=qos,
-                phase=data.draw(st.sampled_from(["Running", "Running", "Running", "Pending", "Succeeded"])),
+                phase=draw(PHASES),
                 containers=(Container("main", requests={"cpu": 1.0, "memory": mem}, limits=limits),),
             )
         )
     return tuple(out)
 
 
-def step(previous: dict[Any, Any], key: Any, strategy: st.SearchStrategy[Any], data: st.DataObject) -> None:
-    value = data.draw(strategy)
+def step(previous: dict[Any, Any], key: Any, value: Any) -> None:
     if value is KEEP:
         return
     if value is None:
@@ -875,38 +898,34 @@ def decisions(result: TickResult) -> list[tuple[str, str, str]]:
 
 def run_sequence(v: Variant, data: st.DataObject) -> None:
     node_info = v.node
-    pods = draw_workloads(data, v.name.endswith("+language"))
+    pods = data.draw(workloads(v.name.endswith("+language")))
     plan = v.keys
     node: dict[Any, Any] = {}
     numa: dict[int, dict[Any, Any]] = {0: {}, 1: {}}
     pod_metrics: dict[str, dict[Any, Any]] = {w.uid: {} for w in pods}
     classes: dict[str, dict[str, Any]] = {}
-    usage = st.one_of(st.just(KEEP), st.just(KEEP), st.none(), st.floats(0, 20 * GiB))
-    cores = st.one_of(st.just(KEEP), st.none(), st.floats(0, 8))
-    node_usage = st.one_of(
-        st.just(KEEP),
-        st.none(),
-        st.sampled_from([0.5, 0.68, 0.695, 0.7, 0.705, 0.8, 0.95]).map(lambda f: f * 64 * GiB),
-    )
+    # Every fact a tick may change: (its dict, its key, the strategy of its next value). One draw of
+    # all of them per tick: the same values as a draw per fact, without the per-draw bookkeeping.
+    slots: list[tuple[dict[Any, Any], Any, st.SearchStrategy[Any]]] = [(node, "memory.usage_bytes", NODE_USAGE)]
+    slots += [(node, key, value_strategy(kind, values)) for key, kind, values in plan.get("node", [])]
+    for nid in numa:
+        slots += [(numa[nid], key, value_strategy(kind, values)) for key, kind, values in plan.get("numa", [])]
+    for w in pods:
+        metrics = pod_metrics[w.uid]
+        slots += [(metrics, "memory.usage_bytes", POD_USAGE), (metrics, "memory.rss_bytes", POD_USAGE),
+                  (metrics, "cpu.usage_cores", POD_CORES)]  # fmt: skip
+        slots += [(metrics, key, value_strategy(kind, values)) for key, kind, values in plan.get("pod", [])]
+    for key, kind, values in plan.get("class", []):
+        name, path = key.split("\0")
+        slots.append((classes.setdefault(name, {}), path, value_strategy(kind, values)))
+    tick = st.tuples(DT, st.tuples(*(strategy for _, _, strategy in slots)))
     now = 1_700_000_000.0
     states = [EngineState(), EngineState()]
     for _ in range(data.draw(st.integers(4, 6), label="ticks")):
-        now += data.draw(st.sampled_from([1.0, 5.0, 5.0, 15.0, 30.0, 46.0, 120.0]), label="dt")
-        step(node, "memory.usage_bytes", node_usage, data)
-        for key, kind, values in plan.get("node", []):
-            step(node, key, value_strategy(kind, values), data)
-        for nid in numa:
-            for key, kind, values in plan.get("numa", []):
-                step(numa[nid], key, value_strategy(kind, values), data)
-        for w in pods:
-            step(pod_metrics[w.uid], "memory.usage_bytes", usage, data)
-            step(pod_metrics[w.uid], "memory.rss_bytes", usage, data)
-            step(pod_metrics[w.uid], "cpu.usage_cores", cores, data)
-            for key, kind, values in plan.get("pod", []):
-                step(pod_metrics[w.uid], key, value_strategy(kind, values), data)
-        for key, kind, values in plan.get("class", []):
-            name, path = key.split("\0")
-            step(classes.setdefault(name, {}), path, value_strategy(kind, values), data)
+        dt, values = data.draw(tick, label="tick")
+        now += dt
+        for (facts, key, _), value in zip(slots, values, strict=True):
+            step(facts, key, value)
         snap = Snapshot(
             now,
             node_info,
