@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from engine.cgroups.files import same_host_file
 from engine.model.factnames import FactSpec, registry
 
 Json = dict[str, Any]
@@ -583,6 +584,10 @@ def _set_cgroup(rng: random.Random, class_names: list[str]) -> Json:
         target = {"path": "kubepods/besteffort"}
     keys = rng.sample(CGROUP_KEYS_CPU + CGROUP_KEYS_MEM, rng.randint(1, 3))
     values = {k: _knob(rng, k) for k in sorted(keys)}
+    # Two names of one host file (cpu.shares and cpu.weight) in one action do not validate: the
+    # first of each pair stays. Dropped after the draws, so every other rule is what the seed made.
+    for _, second, _, _ in same_host_file(keys):
+        values.pop(second, None)
     if rng.random() < 0.1:
         values["cpuset.mems"] = "0"
     return {"setCgroup": {"target": target, "values": values}}
