@@ -26,13 +26,14 @@ The output depends only on (rules, seed): no set or dict-hash order leaks into i
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 from typing import Any
 
 import yaml
 
-from engine.cgroups.files import same_host_file
+from engine.cgroups.files import burst_problem, same_host_file
 from engine.model.factnames import FactSpec, registry
 
 Json = dict[str, Any]
@@ -588,6 +589,10 @@ def _set_cgroup(rng: random.Random, class_names: list[str]) -> Json:
     # first of each pair stays. Dropped after the draws, so every other rule is what the seed made.
     for _, second, _, _ in same_host_file(keys):
         values.pop(second, None)
+    # Nor does a literal burst above a literal quota beside it (the kernel refuses it): no burst then.
+    if burst_problem({k: str(v) for k, v in values.items() if isinstance(v, int)}):
+        values.pop("cpu.cfs_burst_us", None)
+        values.pop("cpu.max.burst", None)
     if rng.random() < 0.1:
         values["cpuset.mems"] = "0"
     return {"setCgroup": {"target": target, "values": values}}
@@ -680,6 +685,13 @@ def _rule(rng: random.Random, i: int, facts: _Facts) -> Json:
     actions = [
         _action(rng, scope, st, class_names) for _ in range(rng.choices((1, 2, 3), weights=(5, 3, 1))[0])
     ]
+    if scope == "numa" and '"numa.' not in json.dumps([when, rule.get("clearWhen")]):
+        # Conditions that drew only node facts make a node rule, which has no matched NUMA node
+        # for numaScoped victims (validate refuses that); dropped after the draws, as above.
+        for action in actions:
+            victims = action.get("evict", {}).get("victims", {})
+            victims.pop("numaScoped", None)
+            victims.pop("minNumaUsageRatio", None)
     rule["then"] = actions[0] if len(actions) == 1 and rng.random() < 0.5 else actions
     return rule
 
