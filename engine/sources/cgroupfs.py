@@ -49,7 +49,7 @@ from typing import Any
 from engine.cgroups.mounts import CgroupLayout
 from engine.model.units import int_or_none
 from engine.sources.files import Reader, read_ints, read_unshared
-from engine.sources.procfs import MIN_WINDOW_SECONDS, psi_facts, rate
+from engine.sources.procfs import MIN_WINDOW_SECONDS, line_rest, psi_facts, rate
 
 PSI_FILES = (("cpu", "cpu.pressure"), ("memory", "memory.pressure"), ("io", "io.pressure"))
 
@@ -85,26 +85,12 @@ V2_FILES = ("cpu.stat", "memory.stat", "memory.current", NUMA_STAT, *(name for _
 NUMA_LINES = {1: ("hierarchical_total",), 2: ("anon", "file")}
 
 
-def _line_rest(text: str, needle: str) -> str | None:
-    """The rest of the first line that starts with ``needle``, found with ``str.find`` instead of
-    splitting every line (these files run to dozens of lines of which qosd wants a few, for every
-    cgroup on its turn); None when no line starts with it."""
-    i = text.find(needle)
-    while i > 0 and text[i - 1] != "\n":
-        i = text.find(needle, i + 1)
-    if i < 0:
-        return None
-    start = i + len(needle)
-    end = text.find("\n", start)
-    return text[start:end] if end >= 0 else text[start:]
-
-
 def parse_stat_keys(text: str, keys: Mapping[str, str]) -> dict[str, int]:
     """The wanted ``key value`` lines of memory.stat / cpu.stat, renamed by ``keys`` (v1's
     memory.stat has some 40 lines of which qosd wants 7)."""
     out: dict[str, int] = {}
     for key, name in keys.items():
-        rest = _line_rest(text, key + " ")
+        rest = line_rest(text, key + " ")
         if rest is None:
             continue
         try:
@@ -129,7 +115,7 @@ def parse_numa_stat(text: str | None, version: int, page_size: int) -> dict[int,
     total: dict[int, int] = {}
     bad: set[int] = set()
     for i, name in enumerate(NUMA_LINES[version]):
-        rest = _line_rest(text, name + sep)
+        rest = line_rest(text, name + sep)
         if rest is None:
             return {}
         values: dict[int, int] = {}
@@ -494,8 +480,7 @@ class CgroupMetrics:
         usages = read_unshared(self.reader, [prev.files[3] for _, prev in due])
         read = [prev for (_, prev), stat in zip(due, stats, strict=True) if stat is not None]
         if self.options.numa and read:
-            every = self.options.numa_every
-            turn = [p for p in read if p.numa is None or every <= 1 or p.reads % every == 0]
+            turn = [p for p in read if self._numa_due(p)]
             texts = read_unshared(self.reader, [p.files[4] for p in turn])
             for prev, text in zip(turn, texts, strict=True):
                 prev.numa = NumaRead(text, 1, self.page_size)
@@ -514,12 +499,16 @@ class CgroupMetrics:
         allocated, reclaimed or migrated, and only victim selection reads it (the NUMA trigger reads
         the node's own files every tick), so the daemon reads it less often than memory.stat: the
         file is one more kernel walk per cgroup, the most expensive of its turn."""
-        every = self.options.numa_every
         numa = prev.numa
-        if numa is None or every <= 1 or prev.reads % every == 0:
+        if numa is None or self._numa_due(prev):
             numa = prev.numa = NumaRead(self.reader.read(path), version, self.page_size)
         prev.reads += 1
         return numa
+
+    def _numa_due(self, prev: _Prev) -> bool:
+        """Whether this memory read of the cgroup reads memory.numa_stat too (see ``_numa``)."""
+        every = self.options.numa_every
+        return prev.numa is None or every <= 1 or prev.reads % every == 0
 
     def _v2(
         self, prev: _Prev, now: float, facts: dict[str, Any], memory_due: bool, capacity: float | None

@@ -215,13 +215,12 @@ class PinnedReader:
         here on 500 cgroups: 0.66 ms against 0.86 ms for ``read_many`` and ``int``). Anything else
         (a file not pinned yet, a failed read, a longer file, not one integer) goes file by file."""
         fds = list(map(self._pinned.get, paths))
-        if None not in fds:
-            values = _pread_ints(fds)  # type: ignore[arg-type]
-            return values if values is not None else [int_or_none(t) for t in self.read_many(paths)]
-        # Nearly every tick: the few descriptors the refresh let go are opened again one by one.
         values = _pread_ints([fd for fd in fds if fd is not None])
         if values is None:
             return [int_or_none(t) for t in self.read_many(paths)]
+        if len(values) == len(fds):
+            return values
+        # Nearly every tick: the few descriptors the refresh let go are opened again one by one.
         batch = iter(values)
         read = self.read
         return [int_or_none(read(p)) if fd is None else next(batch) for p, fd in zip(paths, fds, strict=True)]
